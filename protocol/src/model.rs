@@ -1,0 +1,381 @@
+//! The documents and request/response bodies of API.md, exactly as they travel.
+//!
+//! Request bodies reject unknown fields so a typo never silently does nothing.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+// ---------------------------------------------------------------- documents
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    Draft,
+    Confirmed,
+    Cancelled,
+}
+
+impl OrderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::Draft => "draft",
+            OrderStatus::Confirmed => "confirmed",
+            OrderStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "draft" => Some(OrderStatus::Draft),
+            "confirmed" => Some(OrderStatus::Confirmed),
+            "cancelled" => Some(OrderStatus::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Line {
+    pub id: Uuid,
+    pub sku_id: Uuid,
+    pub qty_ordered: i64,
+    pub qty_allocated: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Order {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub customer_po: Option<String>,
+    pub ship_window_start: Option<NaiveDate>,
+    pub ship_window_end: Option<NaiveDate>,
+    pub notes: Option<String>,
+    pub status: OrderStatus,
+    pub version: i64,
+    pub invoice_id: Option<Uuid>,
+    pub lines: Vec<Line>,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: Uuid,
+    pub updated_by_name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Sku {
+    pub id: Uuid,
+    pub style: String,
+    pub color: String,
+    pub size: String,
+    pub wholesale_price: i64,
+    pub msrp: i64,
+    pub on_hand: i64,
+    pub on_order: i64,
+    pub allocated: i64,
+    /// Available to sell: on_hand + on_order − allocated.
+    pub ats: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Customer {
+    pub id: Uuid,
+    pub name: String,
+    /// Minor units; null means no limit.
+    pub credit_limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InvoiceStatus {
+    AwaitingPayment,
+    Paid,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Invoice {
+    pub id: Uuid,
+    pub order_id: Uuid,
+    pub amount: i64,
+    pub status: InvoiceStatus,
+    pub paid_at: Option<DateTime<Utc>>,
+}
+
+// ---------------------------------------------------------------- sessions
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    AccountManager,
+    Operator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::AccountManager => "account_manager",
+            Role::Operator => "operator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "account_manager" => Some(Role::AccountManager),
+            "operator" => Some(Role::Operator),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoginRequest {
+    pub tenant: String,
+    pub email: String,
+    pub password: String,
+    pub device_name: String,
+}
+
+impl std::fmt::Debug for LoginRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginRequest")
+            .field("tenant", &self.tenant)
+            .field("email", &self.email)
+            .field("password", &"<redacted>")
+            .field("device_name", &self.device_name)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SessionUser {
+    pub id: Uuid,
+    pub email: String,
+    pub display_name: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SessionTenant {
+    pub id: Uuid,
+    pub slug: String,
+    pub name: String,
+}
+
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LoginResponse {
+    pub token: String,
+    pub user: SessionUser,
+    pub tenant: SessionTenant,
+}
+
+impl std::fmt::Debug for LoginResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginResponse")
+            .field("token", &"<redacted>")
+            .field("user", &self.user)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
+}
+
+// ---------------------------------------------------------------- reads
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrdersPage {
+    pub orders: Vec<Order>,
+    /// Opaque cursor for `after=`; null on the last page.
+    pub next: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SkusPage {
+    pub skus: Vec<Sku>,
+    pub next: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CustomerList {
+    pub customers: Vec<Customer>,
+}
+
+// ---------------------------------------------------------------- mutations
+
+/// Distinguishes "absent" (outer None) from "null" (Some(None)) in a PATCH.
+fn double_option<'de, T, D>(de: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    Option::<T>::deserialize(de).map(Some)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrder {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    #[serde(default)]
+    pub customer_po: Option<String>,
+    #[serde(default)]
+    pub ship_window_start: Option<NaiveDate>,
+    #[serde(default)]
+    pub ship_window_end: Option<NaiveDate>,
+    #[serde(default)]
+    pub notes: Option<String>,
+}
+
+/// The header fields a PATCH may set; an absent field is left alone, a null
+/// clears it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderHeaderSet {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customer_id: Option<Uuid>,
+    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub customer_po: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<NaiveDate>)]
+    pub ship_window_start: Option<Option<NaiveDate>>,
+    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<NaiveDate>)]
+    pub ship_window_end: Option<Option<NaiveDate>>,
+    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub notes: Option<Option<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchOrder {
+    pub base_version: i64,
+    pub set: OrderHeaderSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddLine {
+    pub id: Uuid,
+    pub sku_id: Uuid,
+    pub qty_ordered: i64,
+    pub base_version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeLine {
+    pub base_version: i64,
+    pub qty_ordered: i64,
+}
+
+/// Body of remove-line, confirm and cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BaseVersion {
+    pub base_version: i64,
+}
+
+/// Body of allocate and release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quantity {
+    pub qty: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AllocationResult {
+    pub order: Order,
+    pub ats_after: i64,
+}
+
+// ---------------------------------------------------------------- batch push
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushItem {
+    pub idempotency_key: String,
+    pub method: String,
+    pub path: String,
+    #[schema(value_type = Object)]
+    pub body: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushRequest {
+    pub mutations: Vec<PushItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PushResult {
+    pub idempotency_key: String,
+    pub status: u16,
+    #[schema(value_type = Object)]
+    pub body: serde_json::Value,
+    pub replayed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PushResponse {
+    pub results: Vec<PushResult>,
+}
+
+// ---------------------------------------------------------------- pull
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Order,
+    Sku,
+    Customer,
+    Invoice,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub id: Uuid,
+    pub version: i64,
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PullResponse {
+    pub changes: Vec<Change>,
+    pub cursor: String,
+    pub has_more: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_tells_absent_from_null() {
+        let p: PatchOrder =
+            serde_json::from_str(r#"{"base_version": 3, "set": {"notes": null, "customer_po": "PO-1"}}"#)
+                .expect("parse");
+        assert_eq!(p.set.notes, Some(None));
+        assert_eq!(p.set.customer_po, Some(Some("PO-1".into())));
+        assert_eq!(p.set.ship_window_end, None);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = serde_json::from_str::<Quantity>(r#"{"qty": 1, "qyt": 2}"#).expect_err("must fail");
+        assert!(err.to_string().contains("unknown field `qyt`"), "{err}");
+    }
+
+    #[test]
+    fn login_debug_never_shows_the_password() {
+        let req = LoginRequest {
+            tenant: "acme".into(),
+            email: "dana@acme.test".into(),
+            password: "hunter2".into(),
+            device_name: "desk".into(),
+        };
+        assert!(!format!("{req:?}").contains("hunter2"));
+    }
+}

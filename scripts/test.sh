@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make test`: lint, then every test against a private throwaway Postgres
+# (or DATABASE_URL when given), which is stopped and removed afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== fmt"
+cargo fmt --all --check
+echo "== clippy"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+echo "== build"
+cargo build --locked --workspace --all-targets
+
+if [ -z "${DATABASE_URL:-}" ]; then
+    pgtmp=$(mktemp -d /tmp/holdfast-test.XXXXXX)
+    # When we are root the cluster runs as `postgres`, which must reach it.
+    chmod 755 "$pgtmp"
+    server="${CARGO_TARGET_DIR:-target}/debug/holdfast-server"
+    cleanup() {
+        "$server" postgres stop --data-dir "$pgtmp/pg" >/dev/null 2>&1 || true
+        rm -rf "$pgtmp"
+    }
+    trap cleanup EXIT
+    echo "== private Postgres in $pgtmp"
+    line=$("$server" postgres start --data-dir "$pgtmp/pg" | grep '^DATABASE_URL=')
+    export DATABASE_URL="${line#DATABASE_URL=}"
+fi
+
+echo "== tests"
+cargo test --locked --workspace

@@ -1,0 +1,22 @@
+//! Customers (retailers) and their credit limits.
+
+use holdfast_protocol::model::Customer;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+pub async fn list(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Vec<Customer>, sqlx::Error> {
+    let rows: Vec<(Uuid, String, Option<i64>)> = sqlx::query_as(
+        "select id, name, credit_limit from customers where tenant_id = $1 order by name, id",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, name, credit_limit)| Customer {
+            id,
+            name,
+            credit_limit,
+        })
+        .collect())
+}

@@ -1,0 +1,133 @@
+//! Orders and their lines: loading whole documents, listing with keyset paging.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use holdfast_protocol::model::{Line, Order, OrderStatus};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+#[derive(sqlx::FromRow)]
+struct OrderRow {
+    id: Uuid,
+    customer_id: Uuid,
+    customer_po: Option<String>,
+    ship_window_start: Option<NaiveDate>,
+    ship_window_end: Option<NaiveDate>,
+    notes: Option<String>,
+    status: String,
+    version: i64,
+    invoice_id: Option<Uuid>,
+    updated_at: DateTime<Utc>,
+    updated_by: Uuid,
+    updated_by_name: String,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(sqlx::FromRow)]
+struct LineRow {
+    order_id: Uuid,
+    id: Uuid,
+    sku_id: Uuid,
+    qty_ordered: i64,
+    qty_allocated: i64,
+}
+
+const ORDER_COLUMNS: &str = "
+    o.id, o.customer_id, o.customer_po, o.ship_window_start, o.ship_window_end, o.notes,
+    o.status, o.version, o.invoice_id, o.updated_at, o.updated_by,
+    u.display_name as updated_by_name, o.created_at
+    from orders o join users u on u.tenant_id = o.tenant_id and u.id = o.updated_by";
+
+/// The whole current document, lines in the order they were added.
+pub async fn load(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Order>, sqlx::Error> {
+    let row: Option<OrderRow> = sqlx::query_as(&format!(
+        "select {ORDER_COLUMNS} where o.tenant_id = $1 and o.id = $2"
+    ))
+    .bind(tenant_id)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some(row) => Ok(assemble(conn, tenant_id, vec![row]).await?.pop()),
+        None => Ok(None),
+    }
+}
+
+/// A page of orders oldest first, after the keyset `(created_at, id)`.
+pub async fn list(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    status: Option<OrderStatus>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Order>, sqlx::Error> {
+    let (after_at, after_id) = after.unzip();
+    let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+        "select {ORDER_COLUMNS}
+          where o.tenant_id = $1
+            and ($2::text is null or o.status = $2)
+            and ($3::timestamptz is null or (o.created_at, o.id) > ($3, $4))
+          order by o.created_at, o.id
+          limit $5"
+    ))
+    .bind(tenant_id)
+    .bind(status.map(OrderStatus::as_str))
+    .bind(after_at)
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    assemble(conn, tenant_id, rows).await
+}
+
+async fn assemble(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    rows: Vec<OrderRow>,
+) -> Result<Vec<Order>, sqlx::Error> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let lines: Vec<LineRow> = sqlx::query_as(
+        "select order_id, id, sku_id, qty_ordered, qty_allocated
+           from order_lines where tenant_id = $1 and order_id = any($2)
+          order by ordinal",
+    )
+    .bind(tenant_id)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            let status = OrderStatus::parse(&r.status).ok_or_else(|| {
+                sqlx::Error::Decode(format!("unknown order status {:?}", r.status).into())
+            })?;
+            Ok(Order {
+                lines: lines
+                    .iter()
+                    .filter(|l| l.order_id == r.id)
+                    .map(|l| Line {
+                        id: l.id,
+                        sku_id: l.sku_id,
+                        qty_ordered: l.qty_ordered,
+                        qty_allocated: l.qty_allocated,
+                    })
+                    .collect(),
+                id: r.id,
+                customer_id: r.customer_id,
+                customer_po: r.customer_po,
+                ship_window_start: r.ship_window_start,
+                ship_window_end: r.ship_window_end,
+                notes: r.notes,
+                status,
+                version: r.version,
+                invoice_id: r.invoice_id,
+                updated_at: r.updated_at,
+                updated_by: r.updated_by,
+                updated_by_name: r.updated_by_name,
+                created_at: r.created_at,
+            })
+        })
+        .collect()
+}

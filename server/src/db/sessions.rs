@@ -1,0 +1,121 @@
+//! Tenants, users and device tokens: sign-in, token lookup, revocation.
+
+use holdfast_protocol::model::{Role, SessionTenant, SessionUser};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::auth;
+use crate::http::Caller;
+
+/// Checks the credentials and, if right, stores a new device token's digest.
+/// Unknown tenant, unknown user and wrong password are one outcome (`None`).
+pub async fn login(
+    db: &PgPool,
+    tenant_slug: &str,
+    email: &str,
+    password: &str,
+    device_name: &str,
+) -> anyhow::Result<Option<(String, SessionUser, SessionTenant)>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        tenant_id: Uuid,
+        tenant_slug: String,
+        tenant_name: String,
+        user_id: Uuid,
+        email: String,
+        display_name: String,
+        role: String,
+        password_hash: String,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "select t.id as tenant_id, t.slug as tenant_slug, t.name as tenant_name,
+                u.id as user_id, u.email, u.display_name, u.role, u.password_hash
+           from tenants t join users u on u.tenant_id = t.id
+          where t.slug = $1 and u.email = lower($2)",
+    )
+    .bind(tenant_slug)
+    .bind(email.trim())
+    .fetch_optional(db)
+    .await?;
+
+    // Verify on a blocking thread: argon2 is deliberately CPU-heavy.
+    let phc = row.as_ref().map(|r| r.password_hash.clone());
+    let password = password.to_owned();
+    let verified = tokio::task::spawn_blocking(move || match phc {
+        Some(phc) => auth::verify_password(&password, &phc),
+        None => {
+            let _ = auth::verify_password(&password, auth::dummy_hash());
+            false
+        }
+    })
+    .await?;
+    let Some(row) = row.filter(|_| verified) else {
+        return Ok(None);
+    };
+    let Some(role) = Role::parse(&row.role) else {
+        anyhow::bail!("user {} has unknown role {:?}", row.user_id, row.role);
+    };
+
+    let token = auth::new_token();
+    sqlx::query(
+        "insert into device_tokens (tenant_id, id, user_id, token_sha256, device_name)
+         values ($1, $2, $3, $4, $5)",
+    )
+    .bind(row.tenant_id)
+    .bind(Uuid::now_v7())
+    .bind(row.user_id)
+    .bind(auth::token_digest(&token))
+    .bind(device_name)
+    .execute(db)
+    .await?;
+
+    let user = SessionUser {
+        id: row.user_id,
+        email: row.email,
+        display_name: row.display_name,
+        role,
+    };
+    let tenant = SessionTenant {
+        id: row.tenant_id,
+        slug: row.tenant_slug,
+        name: row.tenant_name,
+    };
+    Ok(Some((token, user, tenant)))
+}
+
+/// The caller behind a bearer token, if the token exists and is not revoked.
+pub async fn caller_for_token(db: &PgPool, token: &str) -> Result<Option<Caller>, sqlx::Error> {
+    let row: Option<(Uuid, Uuid, Uuid, String, String)> = sqlx::query_as(
+        "select d.tenant_id, d.user_id, d.id, u.role, u.display_name
+           from device_tokens d
+           join users u on u.tenant_id = d.tenant_id and u.id = d.user_id
+          where d.token_sha256 = $1 and d.revoked_at is null",
+    )
+    .bind(auth::token_digest(token))
+    .fetch_optional(db)
+    .await?;
+    Ok(
+        row.and_then(|(tenant_id, user_id, token_id, role, display_name)| {
+            Some(Caller {
+                tenant_id,
+                user_id,
+                token_id,
+                role: Role::parse(&role)?,
+                display_name,
+            })
+        }),
+    )
+}
+
+/// Revokes one token; every later request with it is a 401.
+pub async fn revoke(db: &PgPool, caller: &Caller) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update device_tokens set revoked_at = now()
+          where tenant_id = $1 and id = $2 and revoked_at is null",
+    )
+    .bind(caller.tenant_id)
+    .bind(caller.token_id)
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! `--demo`: the fixture of API.md, seeded once in one transaction.
+//!
+//! Ids are UUIDv5 of stable names, so the fixture is the same on every machine
+//! and a test can name "the Kestrel Overshirt, Washed Indigo, M" by id. If the
+//! `acme` tenant exists the seed has already run (it commits whole or not at
+//! all), and nothing is touched.
+
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::auth;
+
+pub const DEMO_PASSWORD: &str = "holdfast-demo";
+
+/// Namespace for the demo fixture's UUIDv5 ids.
+const NAMESPACE: Uuid = Uuid::from_u128(0x6f1d_3c2e_8a4b_4b7e_9c61_0d2f_5a7e_4c10);
+
+pub fn id(name: &str) -> Uuid {
+    Uuid::new_v5(&NAMESPACE, name.as_bytes())
+}
+
+pub fn tenant_id(slug: &str) -> Uuid {
+    id(&format!("tenant/{slug}"))
+}
+
+pub fn sku_id(tenant: &str, style: &str, color: &str, size: &str) -> Uuid {
+    id(&format!("{tenant}/sku/{style}/{color}/{size}"))
+}
+
+pub fn customer_id(tenant: &str, name: &str) -> Uuid {
+    id(&format!("{tenant}/customer/{name}"))
+}
+
+pub fn user_id(tenant: &str, email: &str) -> Uuid {
+    id(&format!("{tenant}/user/{email}"))
+}
+
+const ACME_STYLES: &[(&str, i64)] = &[
+    ("Kestrel Overshirt", 4200),
+    ("Harrier Chore Coat", 7800),
+    ("Merlin Oxford Shirt", 3600),
+    ("Osprey Crewneck", 2900),
+    ("Falcon Denim Jacket", 8400),
+    ("Swift Tee", 1200),
+    ("Plover Chino", 4400),
+    ("Tern Rain Shell", 9600),
+    ("Wren Cardigan", 5200),
+    ("Heron Work Pant", 4800),
+];
+const ACME_COLORS: &[&str] = &["Washed Indigo", "Ecru", "Olive Drab", "Charcoal", "Rust"];
+const SIZES: &[&str] = &["XS", "S", "M", "L", "XL", "XXL"];
+
+const GLOBEX_STYLES: &[(&str, i64)] = &[("Globex Polo", 2500), ("Globex Fleece", 4500)];
+const GLOBEX_COLORS: &[&str] = &["Navy", "Heather Grey"];
+
+struct SeedSku {
+    id: Uuid,
+    style: String,
+    color: String,
+    size: String,
+    wholesale_price: i64,
+    on_hand: i64,
+    on_order: i64,
+}
+
+fn catalogue(tenant: &str, styles: &[(&str, i64)], colors: &[&str]) -> Vec<SeedSku> {
+    let mut skus = Vec::new();
+    for (s, (style, price)) in styles.iter().enumerate() {
+        for (c, color) in colors.iter().enumerate() {
+            for (z, size) in SIZES.iter().enumerate() {
+                // Deterministic, varied stock: some sizes thin, some on order.
+                let n = (s * 31 + c * 17 + z * 7) as i64;
+                skus.push(SeedSku {
+                    id: sku_id(tenant, style, color, size),
+                    style: (*style).to_owned(),
+                    color: (*color).to_owned(),
+                    size: (*size).to_owned(),
+                    wholesale_price: *price,
+                    on_hand: 5 + n % 60,
+                    on_order: if n % 3 == 0 { n % 40 } else { 0 },
+                });
+            }
+        }
+    }
+    skus
+}
+
+/// Seeds both demo tenants unless `acme` is already there.
+pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
+    let mut tx = db.begin().await?;
+    // Two servers started with --demo at once must not both seed.
+    sqlx::query("select pg_advisory_xact_lock(hashtext('holdfast demo seed'))")
+        .execute(&mut *tx)
+        .await?;
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from tenants where slug = 'acme')")
+            .fetch_one(&mut *tx)
+            .await?;
+    if exists {
+        tracing::info!("demo data already present; leaving it as it is");
+        return Ok(());
+    }
+
+    let password_hash = tokio::task::spawn_blocking(|| {
+        (0..4)
+            .map(|_| auth::hash_password(DEMO_PASSWORD))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })
+    .await??;
+    let mut hashes = password_hash.into_iter();
+    let mut next_hash = || hashes.next().unwrap_or_default();
+
+    tenant(&mut tx, "acme", "Acme Apparel").await?;
+    user(
+        &mut tx,
+        "acme",
+        "dana@acme.test",
+        "Dana Whitfield",
+        "account_manager",
+        &next_hash(),
+    )
+    .await?;
+    user(
+        &mut tx,
+        "acme",
+        "priya@acme.test",
+        "Priya Raman",
+        "account_manager",
+        &next_hash(),
+    )
+    .await?;
+    user(
+        &mut tx,
+        "acme",
+        "ops@acme.test",
+        "Olu Operator",
+        "operator",
+        &next_hash(),
+    )
+    .await?;
+    customer(&mut tx, "acme", "Austin Boutique", Some(500_000)).await?;
+    customer(&mut tx, "acme", "Tokyo Distributor", None).await?;
+    customer(
+        &mut tx,
+        "acme",
+        "Brightwater & Sons Mercantile Company of Greater Northern Ontario",
+        Some(2_500_000),
+    )
+    .await?;
+    customer(&mut tx, "acme", "Lisbon Concept Store", Some(1_000_000)).await?;
+
+    let mut acme = catalogue("acme", ACME_STYLES, ACME_COLORS);
+    // The SKU every story in API.md sells: exactly 6 on hand, none coming.
+    for sku in &mut acme {
+        if sku.style == "Kestrel Overshirt" && sku.color == "Washed Indigo" && sku.size == "M" {
+            sku.on_hand = 6;
+            sku.on_order = 0;
+        }
+    }
+    skus(&mut tx, "acme", &acme).await?;
+
+    tenant(&mut tx, "globex", "Globex Outfitters").await?;
+    user(
+        &mut tx,
+        "globex",
+        "gina@globex.test",
+        "Gina Globex",
+        "account_manager",
+        &next_hash(),
+    )
+    .await?;
+    customer(&mut tx, "globex", "Globex Retail West", Some(1_000_000)).await?;
+    skus(
+        &mut tx,
+        "globex",
+        &catalogue("globex", GLOBEX_STYLES, GLOBEX_COLORS),
+    )
+    .await?;
+
+    tx.commit().await?;
+    tracing::info!(acme_skus = acme.len(), "demo data seeded");
+    Ok(())
+}
+
+async fn tenant(conn: &mut PgConnection, slug: &str, name: &str) -> sqlx::Result<()> {
+    sqlx::query("insert into tenants (id, slug, name) values ($1, $2, $3)")
+        .bind(tenant_id(slug))
+        .bind(slug)
+        .bind(name)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+async fn user(
+    conn: &mut PgConnection,
+    tenant: &str,
+    email: &str,
+    display_name: &str,
+    role: &str,
+    password_hash: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into users (tenant_id, id, email, display_name, role, password_hash)
+         values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(tenant_id(tenant))
+    .bind(user_id(tenant, email))
+    .bind(email)
+    .bind(display_name)
+    .bind(role)
+    .bind(password_hash)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+async fn customer(
+    conn: &mut PgConnection,
+    tenant: &str,
+    name: &str,
+    credit_limit: Option<i64>,
+) -> sqlx::Result<()> {
+    sqlx::query("insert into customers (tenant_id, id, name, credit_limit) values ($1, $2, $3, $4)")
+        .bind(tenant_id(tenant))
+        .bind(customer_id(tenant, name))
+        .bind(name)
+        .bind(credit_limit)
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Catalogue rows, positions, and the inventory ledger rows that explain the
+/// positions (ledger sums = positions holds from the first row).
+async fn skus(conn: &mut PgConnection, tenant: &str, skus: &[SeedSku]) -> sqlx::Result<()> {
+    let t = tenant_id(tenant);
+    let ids: Vec<Uuid> = skus.iter().map(|s| s.id).collect();
+    let styles: Vec<&str> = skus.iter().map(|s| s.style.as_str()).collect();
+    let colors: Vec<&str> = skus.iter().map(|s| s.color.as_str()).collect();
+    let sizes: Vec<&str> = skus.iter().map(|s| s.size.as_str()).collect();
+    let prices: Vec<i64> = skus.iter().map(|s| s.wholesale_price).collect();
+    let on_hand: Vec<i64> = skus.iter().map(|s| s.on_hand).collect();
+    let on_order: Vec<i64> = skus.iter().map(|s| s.on_order).collect();
+    sqlx::query(
+        "insert into skus (tenant_id, id, style, color, size, wholesale_price, msrp)
+         select $1, id, style, color, size, price, price * 2
+           from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                as s(id, style, color, size, price)",
+    )
+    .bind(t)
+    .bind(&ids)
+    .bind(&styles)
+    .bind(&colors)
+    .bind(&sizes)
+    .bind(&prices)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "insert into sku_positions (tenant_id, sku_id, on_hand, on_order)
+         select $1, id, on_hand, on_order from unnest($2::uuid[], $3::bigint[], $4::bigint[]) as p(id, on_hand, on_order)",
+    )
+    .bind(t)
+    .bind(&ids)
+    .bind(&on_hand)
+    .bind(&on_order)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "insert into inventory_ledger (tenant_id, sku_id, on_hand_delta, on_order_delta, reason, source)
+         select $1, id, on_hand, on_order, 'opening_balance', 'demo seed'
+           from unnest($2::uuid[], $3::bigint[], $4::bigint[]) as p(id, on_hand, on_order)
+          where on_hand <> 0 or on_order <> 0",
+    )
+    .bind(t)
+    .bind(&ids)
+    .bind(&on_hand)
+    .bind(&on_order)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

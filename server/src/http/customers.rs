@@ -1,0 +1,18 @@
+//! `GET /v1/customers`.
+
+use axum::extract::State;
+use axum::Json;
+use holdfast_protocol::model::CustomerList;
+use holdfast_protocol::problem::Problem;
+
+use super::Caller;
+use crate::error::ApiResult;
+use crate::AppState;
+
+#[utoipa::path(get, path = "/v1/customers", security(("bearer" = [])),
+    responses((status = 200, body = CustomerList), (status = 401, body = Problem)))]
+pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<CustomerList>> {
+    let mut conn = state.db.acquire().await?;
+    let customers = crate::db::customers::list(&mut conn, caller.tenant_id).await?;
+    Ok(Json(CustomerList { customers }))
+}

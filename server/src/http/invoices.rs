@@ -1,0 +1,25 @@
+//! `GET /v1/invoices/{id}`.
+
+use axum::extract::State;
+use axum::Json;
+use holdfast_protocol::model::Invoice;
+use holdfast_protocol::problem::Problem;
+use uuid::Uuid;
+
+use super::{ApiPath, Caller};
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+#[utoipa::path(get, path = "/v1/invoices/{id}", security(("bearer" = [])),
+    responses((status = 200, body = Invoice), (status = 404, body = Problem), (status = 401, body = Problem)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<Invoice>> {
+    let mut conn = state.db.acquire().await?;
+    crate::db::invoices::load(&mut conn, caller.tenant_id, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("invoice"))
+}

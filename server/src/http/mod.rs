@@ -1,0 +1,102 @@
+//! The HTTP surface: routes, and the extractors and middleware that turn every
+//! bad request into an API.md problem before a handler runs.
+
+pub(crate) mod admin;
+mod cursor;
+pub(crate) mod customers;
+mod extract;
+pub(crate) mod invoices;
+pub(crate) mod ops;
+pub(crate) mod orders;
+pub(crate) mod sessions;
+pub(crate) mod skus;
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use holdfast_protocol::problem::ProblemCode;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+pub use extract::{ApiJson, ApiPath, ApiQuery, Caller};
+
+/// API.md: request bodies over 1 MiB answer 413.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/sessions", post(sessions::login))
+        .route("/sessions/current", delete(sessions::logout))
+        .route("/orders", get(orders::list))
+        .route("/orders/{id}", get(orders::get_one))
+        .route("/skus", get(skus::list))
+        .route("/skus/{id}", get(skus::get_one))
+        .route("/customers", get(customers::list))
+        .route("/invoices/{id}", get(invoices::get_one))
+        .route("/admin/inbound-secrets", post(admin::create_inbound_secret));
+
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(record_metrics))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let request_id = req
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            // The path only: query strings and headers may carry secrets.
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id)
+        }))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::problem(ProblemCode::NotFound, "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::problem(
+        ProblemCode::MethodNotAllowed,
+        "this route does not take that method",
+    )
+}
+
+/// Request counts and latencies by route template (never the raw path: ids
+/// would explode the label set) and status.
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    crate::metrics::record_request(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
+/// How long a handler may wait for a lock held by someone else before we
+/// answer rather than queue (used by the mutation engine).
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);

@@ -1,0 +1,70 @@
+//! SKU reads: search with paging, and one SKU with its live position.
+
+use axum::extract::State;
+use axum::Json;
+use holdfast_protocol::model::{Sku, SkusPage};
+use holdfast_protocol::problem::Problem;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::{cursor, ApiPath, ApiQuery, Caller};
+use crate::db::skus::SkuKey;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Words that must each match the style, colour or size.
+    q: Option<String>,
+    /// 1–1000, default 100.
+    limit: Option<i64>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/skus", params(ListParams), security(("bearer" = [])),
+    responses((status = 200, body = SkusPage), (status = 400, body = Problem), (status = 401, body = Problem)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<SkusPage>> {
+    let limit = cursor::limit(params.limit, 100, 1000)?;
+    let after = params
+        .after
+        .as_deref()
+        .map(|c| cursor::decode::<SkuKey>("after", c))
+        .transpose()?;
+    let mut conn = state.db.acquire().await?;
+    let mut skus = crate::db::skus::search(
+        &mut conn,
+        caller.tenant_id,
+        params.q.as_deref(),
+        after.as_ref(),
+        limit + 1,
+    )
+    .await?;
+    let next = if skus.len() as i64 > limit {
+        skus.truncate(limit as usize);
+        skus.last()
+            .map(|s| cursor::encode(&(&s.style, &s.color, &s.size)))
+    } else {
+        None
+    };
+    Ok(Json(SkusPage { skus, next }))
+}
+
+#[utoipa::path(get, path = "/v1/skus/{id}", security(("bearer" = [])),
+    responses((status = 200, body = Sku), (status = 404, body = Problem), (status = 401, body = Problem)))]
+pub async fn get_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<Sku>> {
+    let mut conn = state.db.acquire().await?;
+    crate::db::skus::load(&mut conn, caller.tenant_id, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("SKU"))
+}

@@ -1,0 +1,129 @@
+//! Holdfast's sync server as a library: `main.rs` parses flags and calls
+//! [`serve`]; tests build [`http::router`] over their own database.
+
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod openapi;
+pub mod pg;
+pub mod telemetry;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+
+use crate::config::ServeConfig;
+use crate::pg::EmbeddedPostgres;
+
+/// What every request handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: PgPool,
+    pub metrics: Arc<metrics::Metrics>,
+}
+
+impl AppState {
+    pub fn new(db: PgPool) -> Self {
+        AppState {
+            db,
+            metrics: metrics::Metrics::global(),
+        }
+    }
+}
+
+/// `holdfast-server serve`: database (embedded or given), migrations, demo
+/// data, then the HTTP API until `shutdown` resolves; the embedded cluster is
+/// stopped last, after in-flight requests finished.
+pub async fn serve(
+    config: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tracing::info!(?config, "starting");
+    let (options, embedded) = match &config.database_url {
+        Some(url) => {
+            let options: PgConnectOptions = url
+                .parse()
+                .context("DATABASE_URL is not a valid Postgres URL")?;
+            (options, None)
+        }
+        None => {
+            let dir = config.data_dir().join("postgres");
+            let pg = EmbeddedPostgres::start(&dir).await?;
+            (pg.holdfast_options(), Some(pg))
+        }
+    };
+    let result = serve_on(&config, options, shutdown).await;
+    if let Some(pg) = embedded {
+        if let Err(e) = pg.stop() {
+            tracing::error!(error = %e, "stopping the embedded Postgres failed");
+        }
+    }
+    result
+}
+
+async fn serve_on(
+    config: &ServeConfig,
+    options: PgConnectOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let db = PgPoolOptions::new()
+        .max_connections(config.db_pool_size)
+        .connect_with(options)
+        .await
+        .context("connecting to Postgres")?;
+    db::migrate(&db).await.context("applying migrations")?;
+    if config.demo {
+        demo::seed(&db).await.context("seeding demo data")?;
+    }
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    run(AppState::new(db.clone()), listener, shutdown).await?;
+    db.close().await;
+    Ok(())
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then finishes the
+/// requests in flight. Prints the one `listening on` line harnesses wait for.
+pub async fn run(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let app = http::router(state);
+    println!("listening on http://{addr}");
+    tracing::info!(%addr, "accepting requests");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("HTTP server")?;
+    tracing::info!("stopped accepting; in-flight requests finished");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let wait = async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    if let Err(e) = wait.await {
+        tracing::error!(error = %e, "cannot listen for signals; running until killed");
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,17 @@
+//! Structured logs to stderr (stdout carries only the `listening on` line).
+
+use tracing_subscriber::EnvFilter;
+
+pub fn init(json: bool) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (tests) keeps the first subscriber.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
