@@ -80,7 +80,9 @@ mod tests {
     const CAP: u64 = 3_600_000;
 
     fn at(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s).expect("RFC 3339 date").with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(s)
+            .expect("RFC 3339 date")
+            .with_timezone(&Utc)
     }
 
     #[test]
@@ -119,7 +121,10 @@ mod tests {
     #[test]
     fn retry_after_delta_seconds() {
         let now = at("2015-10-21T07:00:00Z");
-        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
         assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
         assert_eq!(
             parse_retry_after("99999999999999999999999", now),
@@ -173,7 +178,7 @@ mod tests {
         #[test]
         fn ceiling_is_exact_below_the_cap(attempt in 0u32..200, base in any::<u64>(), cap in any::<u64>()) {
             let exact = if attempt < 128 {
-                u128::from(base).checked_mul(1u128 << attempt).unwrap_or(u128::MAX)
+                u128::from(base).saturating_mul(1u128 << attempt)
             } else if base == 0 { 0 } else { u128::MAX };
             let expected = u64::try_from(exact.min(u128::from(cap))).expect("at most cap");
             prop_assert_eq!(backoff_ceiling_ms(attempt, base, cap), expected);

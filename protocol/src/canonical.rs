@@ -102,7 +102,10 @@ mod tests {
             canonical_json(&json!(text)),
             serde_json::to_string(text).expect("serialize string")
         );
-        let numbers: Value = serde_json::from_str("[1.0, -0.0, 1e300, 0.1, 18446744073709551615, -9223372036854775808, 2.5E-3]").expect("valid JSON");
+        let numbers: Value = serde_json::from_str(
+            "[1.0, -0.0, 1e300, 0.1, 18446744073709551615, -9223372036854775808, 2.5E-3]",
+        )
+        .expect("valid JSON");
         assert_eq!(
             canonical_json(&numbers),
             serde_json::to_string(&numbers).expect("serialize numbers")
@@ -263,10 +266,11 @@ mod tests {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeysAscending, A::Error> {
             let mut previous: Option<String> = None;
             while let Some(key) = map.next_key::<String>()? {
-                if previous.as_ref().is_some_and(|p| p.as_bytes() >= key.as_bytes()) {
-                    return Err(de::Error::custom(format!(
-                        "key {key:?} after {previous:?}"
-                    )));
+                if previous
+                    .as_ref()
+                    .is_some_and(|p| p.as_bytes() >= key.as_bytes())
+                {
+                    return Err(de::Error::custom(format!("key {key:?} after {previous:?}")));
                 }
                 map.next_value::<KeysAscending>()?;
                 previous = Some(key);

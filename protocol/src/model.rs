@@ -232,16 +232,32 @@ pub struct CreateOrder {
 pub struct OrderHeaderSet {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub customer_id: Option<Uuid>,
-    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<String>)]
     pub customer_po: Option<Option<String>>,
-    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<NaiveDate>)]
     pub ship_window_start: Option<Option<NaiveDate>>,
-    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<NaiveDate>)]
     pub ship_window_end: Option<Option<NaiveDate>>,
-    #[serde(default, deserialize_with = "double_option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(value_type = Option<String>)]
     pub notes: Option<Option<String>>,
 }
@@ -354,9 +370,10 @@ mod tests {
 
     #[test]
     fn patch_tells_absent_from_null() {
-        let p: PatchOrder =
-            serde_json::from_str(r#"{"base_version": 3, "set": {"notes": null, "customer_po": "PO-1"}}"#)
-                .expect("parse");
+        let p: PatchOrder = serde_json::from_str(
+            r#"{"base_version": 3, "set": {"notes": null, "customer_po": "PO-1"}}"#,
+        )
+        .expect("parse");
         assert_eq!(p.set.notes, Some(None));
         assert_eq!(p.set.customer_po, Some(Some("PO-1".into())));
         assert_eq!(p.set.ship_window_end, None);
@@ -364,7 +381,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_rejected() {
-        let err = serde_json::from_str::<Quantity>(r#"{"qty": 1, "qyt": 2}"#).expect_err("must fail");
+        let err =
+            serde_json::from_str::<Quantity>(r#"{"qty": 1, "qyt": 2}"#).expect_err("must fail");
         assert!(err.to_string().contains("unknown field `qyt`"), "{err}");
     }
 

@@ -33,7 +33,9 @@ pub enum WebhookError {
     TimestampOutOfTolerance,
     #[error("no v1 entry in webhook-signature matches any of the secrets")]
     NoMatchingSignature,
-    #[error("the webhook secret is not standard base64, with or without a `whsec_` prefix, or is empty")]
+    #[error(
+        "the webhook secret is not standard base64, with or without a `whsec_` prefix, or is empty"
+    )]
     BadSecret,
 }
 
@@ -225,7 +227,15 @@ mod tests {
             Err(WebhookError::NoMatchingSignature)
         );
         assert_eq!(
-            verify(&[b"other-key"], "evt_1", &ts, &sig, br#"{"qty":1}"#, NOW, 300),
+            verify(
+                &[b"other-key"],
+                "evt_1",
+                &ts,
+                &sig,
+                br#"{"qty":1}"#,
+                NOW,
+                300
+            ),
             Err(WebhookError::NoMatchingSignature)
         );
     }

@@ -40,7 +40,10 @@ pub fn router(state: AppState) -> Router {
         .route("/skus/{id}", get(skus::get_one))
         .route("/customers", get(customers::list))
         .route("/invoices/{id}", get(invoices::get_one))
-        .route("/admin/inbound-secrets", post(admin::create_inbound_secret));
+        .route("/admin/inbound-secrets", post(admin::create_inbound_secret))
+        // Sync feed (pull, stream).
+        // Mutations.
+        ;
 
     Router::new()
         .nest("/v1", v1)

@@ -1,0 +1,44 @@
+//! The change feed's write side: one row per committed change of a document a
+//! desk can see, written in the same transaction as the change. The pull feed
+//! (`http/sync.rs`) reads it.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocKind {
+    Order,
+    Sku,
+    Customer,
+    Invoice,
+}
+
+impl DocKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocKind::Order => "order",
+            DocKind::Sku => "sku",
+            DocKind::Customer => "customer",
+            DocKind::Invoice => "invoice",
+        }
+    }
+}
+
+/// Appends a change row; must run in the transaction that made the change, so
+/// the row commits (and becomes visible to pulls) exactly when the change does.
+pub async fn record_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    kind: DocKind,
+    doc_id: Uuid,
+    version: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("insert into changes (tenant_id, kind, doc_id, version) values ($1, $2, $3, $4)")
+        .bind(tenant_id)
+        .bind(kind.as_str())
+        .bind(doc_id)
+        .bind(version)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
