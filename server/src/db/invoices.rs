@@ -5,12 +5,14 @@ use holdfast_protocol::model::{Invoice, InvoiceStatus};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+type InvoiceRow = (Uuid, Uuid, i64, String, Option<DateTime<Utc>>);
+
 pub async fn load(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
 ) -> Result<Option<Invoice>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, i64, String, Option<DateTime<Utc>>)> = sqlx::query_as(
+    let row: Option<InvoiceRow> = sqlx::query_as(
         "select id, order_id, amount, status, paid_at from invoices where tenant_id = $1 and id = $2",
     )
     .bind(tenant_id)
