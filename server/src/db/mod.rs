@@ -4,6 +4,7 @@ pub mod changes;
 pub mod customers;
 pub mod invoices;
 pub mod orders;
+pub mod outbox;
 pub mod sessions;
 pub mod skus;
 

@@ -31,6 +31,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// The raw body, with the body limit answered as a 413 problem.
+pub struct ApiBytes(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Bytes::from_request(req, state)
+            .await
+            .map(ApiBytes)
+            .map_err(body_rejection)
+    }
+}
+
 pub fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     let ok = headers
         .get(CONTENT_TYPE)

@@ -6,6 +6,7 @@ mod cursor;
 pub(crate) mod customers;
 mod extract;
 pub(crate) mod invoices;
+pub(crate) mod mutations;
 pub(crate) mod ops;
 pub(crate) mod orders;
 pub(crate) mod sessions;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::Router;
 use holdfast_protocol::problem::ProblemCode;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -25,7 +26,7 @@ use tower_http::trace::TraceLayer;
 use crate::error::ApiError;
 use crate::AppState;
 
-pub use extract::{ApiJson, ApiPath, ApiQuery, Caller};
+pub use extract::{parse_json, ApiJson, ApiPath, ApiQuery, Caller};
 
 /// API.md: request bodies over 1 MiB answer 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -34,8 +35,6 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/sessions", post(sessions::login))
         .route("/sessions/current", delete(sessions::logout))
-        .route("/orders", get(orders::list))
-        .route("/orders/{id}", get(orders::get_one))
         .route("/skus", get(skus::list))
         .route("/skus/{id}", get(skus::get_one))
         .route("/customers", get(customers::list))
@@ -43,7 +42,31 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/inbound-secrets", post(admin::create_inbound_secret))
         // Sync feed (pull, stream).
         // Mutations.
-        ;
+        .route("/orders", get(orders::list).post(mutations::create_order))
+        .route(
+            "/orders/{id}",
+            get(orders::get_one).patch(mutations::patch_order),
+        )
+        .route("/orders/{id}/lines", post(mutations::add_line))
+        .route(
+            "/orders/{id}/lines/{line_id}",
+            patch(mutations::change_line),
+        )
+        .route(
+            "/orders/{id}/lines/{line_id}/remove",
+            post(mutations::remove_line),
+        )
+        .route(
+            "/orders/{id}/lines/{line_id}/allocate",
+            post(mutations::allocate),
+        )
+        .route(
+            "/orders/{id}/lines/{line_id}/release",
+            post(mutations::release),
+        )
+        .route("/orders/{id}/confirm", post(mutations::confirm))
+        .route("/orders/{id}/cancel", post(mutations::cancel))
+        .route("/sync/push", post(mutations::push));
 
     Router::new()
         .nest("/v1", v1)

@@ -125,3 +125,56 @@ pub fn assert_problem(status: StatusCode, body: &Value, want_status: u16, want_c
     assert_eq!(body["type"], "about:blank");
     assert!(body["title"].is_string());
 }
+
+/// A raw answer: status, headers and the exact body bytes.
+pub struct Raw {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub bytes: Vec<u8>,
+}
+
+impl Raw {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    }
+}
+
+impl TestServer {
+    /// A mutation with an Idempotency-Key, answered raw.
+    pub async fn mutate(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Raw {
+        let resp = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("request");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.expect("body").to_vec();
+        Raw {
+            status,
+            headers,
+            bytes,
+        }
+    }
+
+    pub async fn post(&self, token: &str, path: &str, key: &str, body: Value) -> Raw {
+        self.mutate(token, Method::POST, path, key, &body).await
+    }
+}
