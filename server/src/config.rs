@@ -66,6 +66,12 @@ pub struct ServeConfig {
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 32)]
     pub db_pool_size: u32,
 
+    /// How long an idempotency key's stored answer is replayed (hours). Past
+    /// it, allocations are still protected by their ledger rows.
+    #[arg(long, env = "HOLDFAST_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 72,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub idempotency_retention_hours: u32,
+
     /// Log as JSON lines instead of text.
     #[arg(long, env = "HOLDFAST_LOG_JSON")]
     pub log_json: bool,
@@ -83,6 +89,10 @@ impl std::fmt::Debug for ServeConfig {
             )
             .field("demo", &self.demo)
             .field("db_pool_size", &self.db_pool_size)
+            .field(
+                "idempotency_retention_hours",
+                &self.idempotency_retention_hours,
+            )
             .field("log_json", &self.log_json)
             .finish()
     }

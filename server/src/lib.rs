@@ -7,6 +7,7 @@ pub mod db;
 pub mod demo;
 pub mod engine;
 pub mod error;
+pub mod housekeeping;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
@@ -87,8 +88,16 @@ async fn serve_on(
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    run(AppState::new(db.clone()), listener, shutdown).await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let retention = housekeeping::Retention {
+        idempotency_hours: config.idempotency_retention_hours,
+    };
+    let reaper = tokio::spawn(housekeeping::run(db.clone(), retention, stopped));
+    let served = run(AppState::new(db.clone()), listener, shutdown).await;
+    let _ = stop.send(true);
+    let _ = reaper.await;
     db.close().await;
+    served?;
     Ok(())
 }
 

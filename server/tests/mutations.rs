@@ -383,6 +383,26 @@ async fn success_and_business_rejections_are_stored(db: PgPool) {
     assert_problem(first.status, &first.json(), 422, "invalid_state");
     assert_eq!(first.json()["order_status"], "cancelled");
     assert_stored(&s, &dana, Method::PATCH, &path, &k, &edit, &first).await;
+
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for name in [
+        "holdfast_idempotent_replays_total",
+        "holdfast_version_conflicts_total",
+        "holdfast_ats_rejections_total",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name} missing from /metrics"
+        );
+    }
 }
 
 /// A rejected attempt that is not stored leaves the key free: the same key,
@@ -897,4 +917,46 @@ async fn batch_push_matches_rest_and_replays(db: PgPool) {
     let many: Vec<Value> = (0..501).map(|i| json!({"idempotency_key": format!("m{i}"), "method": "POST", "path": "/v1/orders", "body": {}})).collect();
     let (status, p) = push(Value::Array(many)).await;
     assert_problem(status, &p, 400, "validation_failed");
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_duplicate_of_a_stuck_request_answers_in_flight(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 6).await;
+    let k = key();
+    // Another request holding the key, not yet committed.
+    let mut held = db.begin().await.expect("begin");
+    sqlx::query("insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ($1, $2, 'x', 0, '')")
+        .bind(demo::tenant_id("acme"))
+        .bind(&k)
+        .execute(&mut *held)
+        .await
+        .expect("hold key");
+    let r = s
+        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
+        .await;
+    assert_problem(r.status, &r.json(), 409, "request_in_flight");
+    assert_eq!(r.headers["retry-after"], "1");
+    held.rollback().await.expect("rollback");
+    // The first one died: the key is free and the retry runs.
+    let r = s
+        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert!(!r.replayed());
+
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("holdfast_request_in_flight_total"),
+        "{metrics}"
+    );
 }
