@@ -2,9 +2,11 @@
 
 pub mod changes;
 pub mod customers;
+pub mod deliveries;
 pub mod invoices;
 pub mod orders;
 pub mod outbox;
+pub mod partners;
 pub mod sessions;
 pub mod skus;
 
