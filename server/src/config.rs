@@ -24,6 +24,11 @@ pub enum Command {
     /// Manage a private Postgres cluster by hand (used by `make test`).
     #[command(subcommand)]
     Postgres(PostgresCommand),
+    /// Import a 3PL inventory snapshot (CSV), report where it differs from
+    /// on_hand, and with --apply book the differences. Resumable; a re-run of
+    /// the same file changes nothing. Exit status 2: rows were rejected or
+    /// SKUs refused (see the report).
+    Reconcile(ReconcileConfig),
 }
 
 #[derive(Debug, Subcommand)]
@@ -75,6 +80,58 @@ pub struct ServeConfig {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "HOLDFAST_LOG_JSON")]
     pub log_json: bool,
+
+    #[command(flatten)]
+    pub relay: RelayConfig,
+}
+
+/// The partner relay (API.md "Starting the server"). Every flag also reads
+/// `HOLDFAST_` + its name in upper snake case.
+#[derive(Debug, Clone, Args)]
+pub struct RelayConfig {
+    /// Attempts before a delivery is dead-lettered.
+    #[arg(long, env = "HOLDFAST_RELAY_MAX_ATTEMPTS", default_value_t = 12,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub relay_max_attempts: u32,
+
+    /// Backoff base: attempt k waits a random time in [0, min(base·2^k, cap)].
+    #[arg(long, env = "HOLDFAST_RELAY_BACKOFF_BASE_MS", default_value_t = 1000)]
+    pub relay_backoff_base_ms: u64,
+
+    /// Backoff cap (one hour by default).
+    #[arg(
+        long,
+        env = "HOLDFAST_RELAY_BACKOFF_CAP_MS",
+        default_value_t = 3_600_000
+    )]
+    pub relay_backoff_cap_ms: u64,
+
+    /// A partner that has not answered within this is retried later.
+    #[arg(long, env = "HOLDFAST_RELAY_TIMEOUT_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub relay_timeout_ms: u64,
+
+    /// Allow partner URLs that resolve to loopback, private or link-local
+    /// addresses (refused by default, at registration and at delivery).
+    #[arg(long, env = "HOLDFAST_RELAY_ALLOW_PRIVATE_TARGETS")]
+    pub relay_allow_private_targets: bool,
+
+    /// Relay workers in this process (0: this process only serves the API).
+    #[arg(long, env = "HOLDFAST_RELAY_WORKERS", default_value_t = 1)]
+    pub relay_workers: u32,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            relay_max_attempts: 12,
+            relay_backoff_base_ms: 1000,
+            relay_backoff_cap_ms: 3_600_000,
+            relay_timeout_ms: 15_000,
+            relay_allow_private_targets: false,
+            relay_workers: 1,
+        }
+    }
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -94,6 +151,7 @@ impl std::fmt::Debug for ServeConfig {
                 &self.idempotency_retention_hours,
             )
             .field("log_json", &self.log_json)
+            .field("relay", &self.relay)
             .finish()
     }
 }
@@ -102,16 +160,80 @@ impl ServeConfig {
     /// The data dir, defaulted per platform: a root server keeps it where the
     /// `postgres` system user can reach it.
     pub fn data_dir(&self) -> PathBuf {
-        if let Some(dir) = &self.data_dir {
-            return dir.clone();
-        }
-        if nix::unistd::geteuid().is_root() {
-            return PathBuf::from("/var/lib/holdfast");
-        }
-        let base = std::env::var_os("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .unwrap_or_else(|| PathBuf::from("."));
-        base.join("holdfast")
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
     }
+}
+
+/// Configuration of `reconcile`.
+#[derive(Clone, Args)]
+pub struct ReconcileConfig {
+    /// The tenant (slug) whose stock the snapshot counts.
+    #[arg(long)]
+    pub tenant: String,
+
+    /// The snapshot: CSV with a header row, either `sku_id,qty` or
+    /// `style,color,size,qty`; counts are whole numbers ≥ 0.
+    pub snapshot: PathBuf,
+
+    /// Set on_hand to the counted quantities through the inventory ledger
+    /// (without it, only report).
+    #[arg(long)]
+    pub apply: bool,
+
+    /// Snapshot rows per import transaction (and checkpoint).
+    #[arg(long, env = "HOLDFAST_RECONCILE_PAGE_SIZE", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub page_size: u32,
+
+    /// Where the embedded Postgres cluster lives when DATABASE_URL is not set
+    /// (the same as `serve`'s).
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Use this Postgres instead of the embedded cluster.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Tests only: `import:N` / `apply:N` stops inside the next transaction
+    /// after N steps, uncommitted, so a test can kill the process there.
+    #[arg(long, env = "HOLDFAST_RECONCILE_TEST_HOLD", hide = true)]
+    pub test_hold: Option<String>,
+}
+
+impl std::fmt::Debug for ReconcileConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("ReconcileConfig")
+            .field("tenant", &self.tenant)
+            .field("snapshot", &self.snapshot)
+            .field("apply", &self.apply)
+            .field("page_size", &self.page_size)
+            .field("data_dir", &self.data_dir)
+            .field(
+                "database_url",
+                &self.database_url.as_ref().map(|_| "<redacted>"),
+            )
+            .field("test_hold", &self.test_hold)
+            .finish()
+    }
+}
+
+impl ReconcileConfig {
+    /// The data dir, defaulted exactly as `serve` defaults it.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+}
+
+/// The platform data dir: a root server keeps it where the `postgres` system
+/// user can reach it.
+pub fn default_data_dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/holdfast");
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    base.join("holdfast")
 }

@@ -7,11 +7,15 @@ pub mod db;
 pub mod demo;
 pub mod engine;
 pub mod error;
+pub mod feed;
 pub mod housekeeping;
 pub mod http;
+pub mod inbox;
 pub mod metrics;
 pub mod openapi;
 pub mod pg;
+pub mod reconcile;
+pub mod relay;
 pub mod telemetry;
 
 use std::future::Future;
@@ -30,6 +34,11 @@ use crate::pg::EmbeddedPostgres;
 pub struct AppState {
     pub db: PgPool,
     pub metrics: Arc<metrics::Metrics>,
+    /// Live pokes for `/v1/sync/stream`, fed by the process's one LISTEN
+    /// connection (started in [`run`]).
+    pub hub: Arc<feed::Hub>,
+    /// `--relay-allow-private-targets`: partner URLs may be internal.
+    pub allow_private_targets: bool,
 }
 
 impl AppState {
@@ -37,7 +46,15 @@ impl AppState {
         AppState {
             db,
             metrics: metrics::Metrics::global(),
+            hub: feed::Hub::new(),
+            allow_private_targets: false,
         }
+    }
+
+    /// Lets partners register loopback/private URLs (tests, on-prem setups).
+    pub fn allowing_private_targets(mut self, allow: bool) -> Self {
+        self.allow_private_targets = allow;
+        self
     }
 }
 
@@ -93,7 +110,20 @@ async fn serve_on(
         idempotency_hours: config.idempotency_retention_hours,
     };
     let reaper = tokio::spawn(housekeeping::run(db.clone(), retention, stopped));
-    let served = run(AppState::new(db.clone()), listener, shutdown).await;
+    let mut relays = Vec::new();
+    for _ in 0..config.relay.relay_workers {
+        relays.push(relay::spawn(
+            db.clone(),
+            relay::Settings::from(&config.relay),
+        )?);
+    }
+    let state = AppState::new(db.clone())
+        .allowing_private_targets(config.relay.relay_allow_private_targets);
+    let served = run(state, listener, shutdown).await;
+    // Requests are finished; let deliveries in flight finish too.
+    for relay in relays {
+        relay.shutdown().await;
+    }
     let _ = stop.send(true);
     let _ = reaper.await;
     db.close().await;
@@ -109,13 +139,29 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
+    // LISTEN before accepting: every commit after the first request is heard.
+    let feed_tasks = feed::start(&state.db, &state.hub)
+        .await
+        .context("starting the change feed listener")?;
+    let hub = state.hub.clone();
     let app = http::router(state);
     println!("listening on http://{addr}");
     tracing::info!(%addr, "accepting requests");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown({
+            let hub = hub.clone();
+            async move {
+                shutdown.await;
+                // Open streams never finish by themselves; end them so the
+                // graceful shutdown can.
+                hub.close();
+            }
+        })
         .await
-        .context("HTTP server")?;
+        .context("HTTP server");
+    hub.close();
+    feed_tasks.join().await;
+    served?;
     tracing::info!("stopped accepting; in-flight requests finished");
     Ok(())
 }

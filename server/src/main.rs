@@ -18,6 +18,18 @@ async fn main() -> anyhow::Result<()> {
             println!("DATABASE_URL={}", pg.admin_url());
             Ok(())
         }
+        Command::Reconcile(config) => {
+            holdfast_server::telemetry::init(false);
+            let report = holdfast_server::reconcile::run(config).await?;
+            print!("{}", report.render());
+            std::io::Write::flush(&mut std::io::stdout())?;
+            if report.has_problems() {
+                // Done, but the operator has rows or SKUs to look at; scripts
+                // must be able to tell (the report says which).
+                std::process::exit(2);
+            }
+            Ok(())
+        }
         Command::Postgres(PostgresCommand::Stop { data_dir }) => {
             holdfast_server::telemetry::init(false);
             let pg = EmbeddedPostgres::attach(&data_dir)?;

@@ -19,7 +19,27 @@ pub async fn load(
     .bind(id)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|(id, order_id, amount, status, paid_at)| Invoice {
+    Ok(row.map(from_row))
+}
+
+/// Several invoices by id, in no particular order (the pull feed's pages).
+pub async fn load_many(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<Invoice>, sqlx::Error> {
+    let rows: Vec<InvoiceRow> = sqlx::query_as(
+        "select id, order_id, amount, status, paid_at from invoices where tenant_id = $1 and id = any($2)",
+    )
+    .bind(tenant_id)
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(from_row).collect())
+}
+
+fn from_row((id, order_id, amount, status, paid_at): InvoiceRow) -> Invoice {
+    Invoice {
         id,
         order_id,
         amount,
@@ -29,5 +49,5 @@ pub async fn load(
             InvoiceStatus::AwaitingPayment
         },
         paid_at,
-    }))
+    }
 }

@@ -56,6 +56,23 @@ pub async fn load(
     }
 }
 
+/// Several whole documents by id, in no particular order (the pull feed's
+/// pages); ids that are not the tenant's orders are left out.
+pub async fn load_many(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<Order>, sqlx::Error> {
+    let rows: Vec<OrderRow> = sqlx::query_as(&format!(
+        "select {ORDER_COLUMNS} where o.tenant_id = $1 and o.id = any($2)"
+    ))
+    .bind(tenant_id)
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    assemble(conn, tenant_id, rows).await
+}
+
 /// A page of orders oldest first, after the keyset `(created_at, id)`.
 pub async fn list(
     conn: &mut PgConnection,

@@ -53,6 +53,23 @@ pub async fn load(
     Ok(row.map(Sku::from))
 }
 
+/// Several SKUs by id, in no particular order (the pull feed's pages); ids
+/// that are not the tenant's SKUs are left out.
+pub async fn load_many(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<Sku>, sqlx::Error> {
+    let rows: Vec<SkuRow> = sqlx::query_as(&format!(
+        "select {SKU_COLUMNS} where s.tenant_id = $1 and s.id = any($2)"
+    ))
+    .bind(tenant_id)
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(Sku::from).collect())
+}
+
 /// The sort key of a SKU, unique per tenant (the catalogue's unique index), so
 /// it is a complete keyset cursor.
 pub type SkuKey = (String, String, String);

@@ -1,13 +1,22 @@
-//! Operator routes (role `operator`).
+//! Operator routes (role `operator`): inbound secrets, partners, deliveries.
+//!
+//! API.md lets admin routes carry an Idempotency-Key optionally; these routes
+//! are naturally safe to retry (requeue, patch) or show their result (create
+//! returns the new partner), so the key is accepted and not required.
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::Json;
 use holdfast_protocol::model::Role;
 use holdfast_protocol::problem::Problem;
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
-use super::{ApiJson, Caller};
+use super::{ApiJson, ApiPath, ApiQuery, Caller};
+use crate::db::deliveries::{self, Delivery, DeliveryState, Stats};
+use crate::db::partners::{self, Partner};
 use crate::error::{ApiError, ApiResult};
+use crate::relay::egress;
 use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -19,7 +28,7 @@ pub struct InboundSecretRequest {
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SecretResponse {
-    /// Shown once; give it to the provider.
+    /// Shown once; give it to the provider or partner.
     secret: String,
 }
 
@@ -52,4 +61,213 @@ pub async fn create_inbound_secret(
     .await?;
     tracing::info!(provider = %req.provider, "inbound webhook secret issued");
     Ok(Json(SecretResponse { secret }))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePartner {
+    name: String,
+    url: String,
+    /// Event types or `*` patterns, e.g. `["order.*", "invoice.paid"]`.
+    event_types: Vec<String>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CreatedPartner {
+    id: Uuid,
+    /// `whsec_…`: shown once, here.
+    secret: String,
+    partner: Partner,
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchPartner {
+    enabled: Option<bool>,
+    url: Option<String>,
+    event_types: Option<Vec<String>>,
+}
+
+fn check_event_types(types: &[String]) -> Result<(), ApiError> {
+    if types.is_empty() {
+        return Err(ApiError::validation(
+            "event_types",
+            "subscribe to at least one type or pattern",
+        ));
+    }
+    for t in types {
+        let ok = !t.is_empty()
+            && t.len() <= 100
+            && t.chars()
+                .all(|c| c.is_ascii_lowercase() || c == '.' || c == '_' || c == '*');
+        if !ok {
+            return Err(ApiError::validation(
+                "event_types",
+                format!("{t:?} is not an event type or pattern"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn check_url(state: &AppState, url: &str) -> Result<(), ApiError> {
+    egress::check_url(url, state.allow_private_targets)
+        .await
+        .map(|_| ())
+        .map_err(|e| ApiError::validation("url", e.to_string()))
+}
+
+#[utoipa::path(post, path = "/v1/admin/partners", request_body = CreatePartner, security(("bearer" = [])),
+    responses((status = 201, body = CreatedPartner), (status = 400, body = Problem), (status = 403, body = Problem)))]
+pub async fn create_partner(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreatePartner>,
+) -> ApiResult<(StatusCode, Json<CreatedPartner>)> {
+    caller.require(Role::Operator)?;
+    if req.name.trim().is_empty() || req.name.len() > 200 {
+        return Err(ApiError::validation("name", "must be 1–200 characters"));
+    }
+    check_event_types(&req.event_types)?;
+    check_url(&state, &req.url).await?;
+    let secret = crate::auth::new_webhook_secret();
+    let partner = partners::create(
+        &state.db,
+        caller.tenant_id,
+        req.name.trim(),
+        &req.url,
+        &req.event_types,
+        &secret,
+    )
+    .await?;
+    tracing::info!(partner = %partner.id, "partner registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedPartner {
+            id: partner.id,
+            secret,
+            partner,
+        }),
+    ))
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PartnerList {
+    partners: Vec<Partner>,
+}
+
+#[utoipa::path(get, path = "/v1/admin/partners", security(("bearer" = [])),
+    responses((status = 200, body = PartnerList), (status = 403, body = Problem)))]
+pub async fn list_partners(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<PartnerList>> {
+    caller.require(Role::Operator)?;
+    Ok(Json(PartnerList {
+        partners: partners::list(&state.db, caller.tenant_id).await?,
+    }))
+}
+
+#[utoipa::path(patch, path = "/v1/admin/partners/{id}", request_body = PatchPartner, security(("bearer" = [])),
+    responses((status = 200, body = Partner), (status = 400, body = Problem), (status = 404, body = Problem)))]
+pub async fn patch_partner(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(req): ApiJson<PatchPartner>,
+) -> ApiResult<Json<Partner>> {
+    caller.require(Role::Operator)?;
+    if let Some(types) = &req.event_types {
+        check_event_types(types)?;
+    }
+    if let Some(url) = &req.url {
+        check_url(&state, url).await?;
+    }
+    partners::update(
+        &state.db,
+        caller.tenant_id,
+        id,
+        req.enabled,
+        req.url.as_deref(),
+        req.event_types.as_deref(),
+    )
+    .await?
+    .map(Json)
+    .ok_or_else(|| ApiError::not_found("partner"))
+}
+
+/// How long the old secret keeps signing after a rotation.
+const ROTATION_GRACE_HOURS: i64 = 24;
+
+#[utoipa::path(post, path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
+    responses((status = 200, body = SecretResponse), (status = 404, body = Problem)))]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<SecretResponse>> {
+    caller.require(Role::Operator)?;
+    let secret = crate::auth::new_webhook_secret();
+    if !partners::rotate_secret(
+        &state.db,
+        caller.tenant_id,
+        id,
+        &secret,
+        chrono::Duration::hours(ROTATION_GRACE_HOURS),
+    )
+    .await?
+    {
+        return Err(ApiError::not_found("partner"));
+    }
+    tracing::info!(partner = %id, "partner secret rotated; the old one signs too for {ROTATION_GRACE_HOURS} h");
+    Ok(Json(SecretResponse { secret }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryParams {
+    state: Option<DeliveryState>,
+    /// 1–1000, default 100.
+    limit: Option<i64>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct DeliveryList {
+    deliveries: Vec<Delivery>,
+}
+
+#[utoipa::path(get, path = "/v1/admin/deliveries", params(DeliveryParams), security(("bearer" = [])),
+    responses((status = 200, body = DeliveryList), (status = 403, body = Problem)))]
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(params): ApiQuery<DeliveryParams>,
+) -> ApiResult<Json<DeliveryList>> {
+    caller.require(Role::Operator)?;
+    let limit = super::cursor::limit(params.limit, 100, 1000)?;
+    Ok(Json(DeliveryList {
+        deliveries: deliveries::list(&state.db, caller.tenant_id, params.state, limit).await?,
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/admin/deliveries/{id}/requeue", security(("bearer" = [])),
+    responses((status = 200), (status = 404, body = Problem), (status = 403, body = Problem)))]
+pub async fn requeue(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<Json<serde_json::Value>> {
+    caller.require(Role::Operator)?;
+    if !deliveries::requeue(&state.db, caller.tenant_id, id).await? {
+        return Err(ApiError::not_found("pending or dead delivery"));
+    }
+    tracing::info!(delivery = id, "delivery requeued by an operator");
+    Ok(Json(serde_json::json!({"id": id, "state": "pending"})))
+}
+
+#[utoipa::path(get, path = "/v1/admin/stats", security(("bearer" = [])),
+    responses((status = 200, body = Stats), (status = 403, body = Problem)))]
+pub async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Stats>> {
+    caller.require(Role::Operator)?;
+    Ok(Json(deliveries::stats(&state.db, caller.tenant_id).await?))
 }

@@ -2,6 +2,7 @@
 //! bad request into an API.md problem before a handler runs.
 
 pub(crate) mod admin;
+pub(crate) mod admin_page;
 mod cursor;
 pub(crate) mod customers;
 mod extract;
@@ -11,6 +12,8 @@ pub(crate) mod ops;
 pub(crate) mod orders;
 pub(crate) mod sessions;
 pub(crate) mod skus;
+pub(crate) mod sync;
+pub(crate) mod webhooks;
 
 use std::time::{Duration, Instant};
 
@@ -40,7 +43,22 @@ pub fn router(state: AppState) -> Router {
         .route("/customers", get(customers::list))
         .route("/invoices/{id}", get(invoices::get_one))
         .route("/admin/inbound-secrets", post(admin::create_inbound_secret))
+        .route(
+            "/admin/partners",
+            get(admin::list_partners).post(admin::create_partner),
+        )
+        .route("/admin/partners/{id}", patch(admin::patch_partner))
+        .route(
+            "/admin/partners/{id}/rotate-secret",
+            post(admin::rotate_secret),
+        )
+        .route("/admin/deliveries", get(admin::list_deliveries))
+        .route("/admin/deliveries/{id}/requeue", post(admin::requeue))
+        .route("/admin/stats", get(admin::stats))
+        .route("/webhooks/{tenant}/{provider}", post(webhooks::receive))
         // Sync feed (pull, stream).
+        .route("/sync/pull", get(sync::pull))
+        .route("/sync/stream", get(sync::stream))
         // Mutations.
         .route("/orders", get(orders::list).post(mutations::create_order))
         .route(
@@ -70,6 +88,17 @@ pub fn router(state: AppState) -> Router {
 
     Router::new()
         .nest("/v1", v1)
+        // The operator's HTML page (cookie session, CSRF-checked forms).
+        .route("/admin", get(admin_page::page))
+        .route(
+            "/admin/login",
+            get(admin_page::login_form).post(admin_page::login),
+        )
+        .route("/admin/logout", post(admin_page::logout))
+        .route(
+            "/admin/deliveries/{id}/requeue",
+            post(admin_page::requeue),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -17,13 +17,19 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(db: PgPool) -> TestServer {
+        let state = AppState::new(db.clone());
+        Self::start_with(state).await
+    }
+
+    /// Starts over a prepared state (e.g. one allowing loopback partners).
+    pub async fn start_with(state: AppState) -> TestServer {
+        let db = state.db.clone();
         demo::seed(&db).await.expect("seed demo data");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();
-        let state = AppState::new(db.clone());
         tokio::spawn(async move {
             holdfast_server::run(state, listener, async {
                 let _ = stopped.await;

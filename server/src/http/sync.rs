@@ -1,0 +1,85 @@
+//! The sync feed: `GET /v1/sync/pull` (pages of changed documents) and
+//! `GET /v1/sync/stream` (Server-Sent Events that poke a desk to pull).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use axum::Json;
+use futures_util::stream::{self, StreamExt};
+use holdfast_protocol::model::PullResponse;
+use holdfast_protocol::problem::Problem;
+use serde::Deserialize;
+
+use super::{cursor, ApiQuery, Caller};
+use crate::error::{ApiError, ApiResult};
+use crate::feed::{self, Position};
+use crate::AppState;
+
+/// API.md: `limit ≤ 1000`.
+const MAX_LIMIT: i64 = 1000;
+const DEFAULT_LIMIT: i64 = 500;
+/// API.md promises a comment at least every 15 s; 10 leaves room for a busy
+/// machine.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PullParams {
+    /// The `cursor` of the previous pull; absent (or empty) for the first
+    /// pull, which returns the whole current state before the changes.
+    cursor: Option<String>,
+    /// Documents per page, 1–1000, default 500.
+    limit: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/v1/sync/pull", params(PullParams), security(("bearer" = [])),
+    responses((status = 200, body = PullResponse), (status = 400, body = Problem), (status = 401, body = Problem)))]
+pub async fn pull(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiQuery(params): ApiQuery<PullParams>,
+) -> ApiResult<Json<PullResponse>> {
+    let limit = cursor::limit(params.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let from = params
+        .cursor
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(|c| cursor::decode::<Position>("cursor", c))
+        .transpose()?;
+    let page = feed::pull::pull(&state.db, caller.tenant_id, from, limit as usize)
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(Json(PullResponse {
+        changes: page.changes,
+        cursor: cursor::encode(&page.next),
+        has_more: page.has_more,
+    }))
+}
+
+/// `event: changed` with `data: {"cursor": ...}` once a commit touching the
+/// caller's tenant can be pulled. The cursor is the one a pull that has
+/// caught up would hold now: a desk whose last pull returned exactly it has
+/// nothing to fetch. It is never a substitute for the desk's own cursor
+/// (changes before it may not be pulled yet). Open the stream first, then
+/// pull: every commit after the response starts is announced.
+#[utoipa::path(get, path = "/v1/sync/stream", security(("bearer" = [])),
+    responses((status = 200, content_type = "text/event-stream", body = String,
+               description = "`event: changed` / `data: {\"cursor\"}` per commit; a comment at least every 15 s"),
+              (status = 401, body = Problem)))]
+pub async fn stream(State(state): State<AppState>, caller: Caller) -> impl IntoResponse {
+    // Subscribed before the response starts, so a desk that sees the headers
+    // hears every later commit.
+    let subscription = state.hub.subscribe(caller.tenant_id);
+    let pokes = stream::unfold(subscription, |mut subscription| async move {
+        let position = subscription.next().await?;
+        let data = serde_json::json!({ "cursor": cursor::encode(&position) }).to_string();
+        let event = Event::default().event("changed").data(data);
+        Some((Ok::<_, Infallible>(event), subscription))
+    });
+    // A first comment at once: proxies and clients see the stream is live.
+    let hello = stream::once(async { Ok(Event::default().comment("subscribed")) });
+    Sse::new(hello.chain(pokes)).keep_alive(KeepAlive::new().interval(HEARTBEAT))
+}

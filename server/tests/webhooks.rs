@@ -1,0 +1,807 @@
+//! Webhooks both ways over real HTTP and real Postgres: the inbox for
+//! providers, and the relay delivering to in-process partners that verify
+//! every signature.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode as AxStatus};
+use axum::routing::post;
+use common::{assert_problem, TestServer};
+use holdfast_protocol::webhook;
+use holdfast_server::relay::{self, Settings};
+use holdfast_server::{demo, AppState};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+fn key() -> String {
+    Uuid::now_v7().to_string()
+}
+
+// ------------------------------------------------------------------ inbound
+
+fn signed(secret: &str, id: &str, timestamp: i64, body: &str) -> Vec<(&'static str, String)> {
+    let key = webhook::parse_secret(secret).expect("secret");
+    vec![
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", timestamp.to_string()),
+        (
+            "webhook-signature",
+            webhook::sign(&key, id, timestamp, body.as_bytes()),
+        ),
+        ("content-type", "application/json".to_owned()),
+    ]
+}
+
+async fn send_inbound(
+    s: &TestServer,
+    tenant: &str,
+    provider: &str,
+    headers: Vec<(&'static str, String)>,
+    body: &str,
+) -> (StatusCode, Value) {
+    let mut req = s
+        .http
+        .post(s.url(&format!("/v1/webhooks/{tenant}/{provider}")))
+        .body(body.to_owned());
+    for (name, value) in headers {
+        req = req.header(name, value);
+    }
+    common::read(req.send().await.expect("send")).await
+}
+
+async fn inbound_secret(s: &TestServer, ops: &str, provider: &str) -> String {
+    let (status, body) = s
+        .call(
+            Method::POST,
+            "/v1/admin/inbound-secrets",
+            Some(ops),
+            Some(json!({"provider": provider})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["secret"].as_str().expect("secret").to_owned()
+}
+
+async fn on_hand(db: &PgPool, sku: Uuid) -> i64 {
+    sqlx::query_scalar("select on_hand from sku_positions where sku_id = $1")
+        .bind(sku)
+        .fetch_one(db)
+        .await
+        .expect("on_hand")
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_redelivered_inbound_event_applies_once(db: PgPool) {
+    let s = Arc::new(TestServer::start(db.clone()).await);
+    let ops = s.login("acme", "ops@acme.test").await;
+    let secret = inbound_secret(&s, &ops, "warehouse").await;
+    let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
+    let before = on_hand(&db, sku).await;
+    let body =
+        json!({"type": "inventory.received", "data": {"sku_id": sku, "qty": 12}}).to_string();
+    let now = chrono::Utc::now().timestamp();
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(5));
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let (s, barrier, headers, body) = (
+            s.clone(),
+            barrier.clone(),
+            signed(&secret, "wh_evt_1", now, &body),
+            body.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            send_inbound(&s, "acme", "warehouse", headers, &body).await
+        }));
+    }
+    let mut outcomes = HashMap::new();
+    for t in tasks {
+        let (status, body) = t.await.expect("task");
+        assert_eq!(status, StatusCode::OK, "{body}");
+        *outcomes
+            .entry(body["status"].as_str().expect("status").to_owned())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(outcomes.get("processed"), Some(&1));
+    assert_eq!(outcomes.get("duplicate"), Some(&4));
+    assert_eq!(on_hand(&db, sku).await, before + 12);
+    let ledger: i64 = sqlx::query_scalar(
+        "select count(*) from inventory_ledger where source = 'warehouse:wh_evt_1'",
+    )
+    .fetch_one(&db)
+    .await
+    .expect("ledger");
+    assert_eq!(ledger, 1);
+    let announced: i64 = sqlx::query_scalar(
+        "select count(*) from outbox where event_type = 'sku.ats_changed' and aggregate_id = $1",
+    )
+    .bind(sku)
+    .fetch_one(&db)
+    .await
+    .expect("outbox");
+    assert_eq!(announced, 1);
+
+    // Forged, stale, and signed with another tenant's secret: 401, no effect.
+    let globex_ops = {
+        sqlx::query("update users set role = 'operator' where email = 'gina@globex.test'")
+            .execute(&db)
+            .await
+            .expect("promote");
+        s.login("globex", "gina@globex.test").await
+    };
+    let globex_secret = inbound_secret(&s, &globex_ops, "warehouse").await;
+    let forged = signed(
+        "whsec_Zm9yZ2VkLXNlY3JldC1mb3JnZWQtc2VjcmV0LTEyMw==",
+        "wh_evt_2",
+        now,
+        &body,
+    );
+    let stale = signed(&secret, "wh_evt_3", now - 600, &body);
+    let foreign = signed(&globex_secret, "wh_evt_4", now, &body);
+    let mut tampered = signed(&secret, "wh_evt_5", now, &body);
+    tampered.retain(|(n, _)| *n != "webhook-signature");
+    for headers in [forged, stale, foreign, tampered] {
+        let (status, problem) = send_inbound(&s, "acme", "warehouse", headers, &body).await;
+        assert_problem(status, &problem, 401, "unauthorized");
+    }
+    assert_eq!(on_hand(&db, sku).await, before + 12, "nothing applied");
+    let inbox: i64 = sqlx::query_scalar("select count(*) from inbox")
+        .fetch_one(&db)
+        .await
+        .expect("inbox");
+    assert_eq!(inbox, 1);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn payments_mark_invoices_paid_once_and_adjustments_respect_allocations(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let pay_secret = inbound_secret(&s, &ops, "payments").await;
+    let wh_secret = inbound_secret(&s, &ops, "warehouse").await;
+    let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
+
+    // An order for 4 of the 6, allocated and confirmed: an invoice awaits.
+    let order = Uuid::now_v7();
+    let line = Uuid::now_v7();
+    s.post(
+        &dana,
+        "/v1/orders",
+        &key(),
+        json!({"id": order, "customer_id": demo::customer_id("acme", "Tokyo Distributor")}),
+    )
+    .await;
+    s.post(
+        &dana,
+        &format!("/v1/orders/{order}/lines"),
+        &key(),
+        json!({"id": line, "sku_id": sku, "qty_ordered": 4, "base_version": 1}),
+    )
+    .await;
+    let r = s
+        .post(
+            &dana,
+            &format!("/v1/orders/{order}/lines/{line}/allocate"),
+            &key(),
+            json!({"qty": 4}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = s
+        .post(
+            &dana,
+            &format!("/v1/orders/{order}/confirm"),
+            &key(),
+            json!({"base_version": 3}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let invoice = r.json()["invoice_id"].as_str().expect("invoice").to_owned();
+
+    let now = chrono::Utc::now().timestamp();
+    let body =
+        json!({"type": "payment.succeeded", "data": {"invoice_id": invoice, "amount": 4 * 4200}})
+            .to_string();
+    let (status, out) = send_inbound(
+        &s,
+        "acme",
+        "payments",
+        signed(&pay_secret, "pay_1", now, &body),
+        &body,
+    )
+    .await;
+    assert_eq!(
+        (status, out["status"].as_str()),
+        (StatusCode::OK, Some("processed"))
+    );
+    let (_, inv) = s.get(&format!("/v1/invoices/{invoice}"), &dana).await;
+    assert_eq!(inv["status"], "paid");
+    let paid_at = inv["paid_at"].clone();
+    // A second, different event for the same invoice changes nothing.
+    let (status, _) = send_inbound(
+        &s,
+        "acme",
+        "payments",
+        signed(&pay_secret, "pay_2", now, &body),
+        &body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, inv) = s.get(&format!("/v1/invoices/{invoice}"), &dana).await;
+    assert_eq!(inv["paid_at"], paid_at);
+    let paid_events: i64 =
+        sqlx::query_scalar("select count(*) from outbox where event_type = 'invoice.paid'")
+            .fetch_one(&db)
+            .await
+            .expect("n");
+    assert_eq!(paid_events, 1);
+
+    // 6 on hand, 4 allocated: adjusting by -3 would strand an allocation.
+    let body =
+        json!({"type": "inventory.adjusted", "data": {"sku_id": sku, "qty": -3}}).to_string();
+    let (status, problem) = send_inbound(
+        &s,
+        "acme",
+        "warehouse",
+        signed(&wh_secret, "adj_1", now, &body),
+        &body,
+    )
+    .await;
+    assert_eq!(status.as_u16(), 422, "{problem}");
+    assert_eq!(on_hand(&db, sku).await, 6);
+    let body =
+        json!({"type": "inventory.adjusted", "data": {"sku_id": sku, "qty": -2}}).to_string();
+    let (status, _) = send_inbound(
+        &s,
+        "acme",
+        "warehouse",
+        signed(&wh_secret, "adj_2", now, &body),
+        &body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(on_hand(&db, sku).await, 4);
+}
+
+// ------------------------------------------------------------------ partners
+
+/// How a test partner answers each attempt.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    Healthy,
+    /// Fail the first N attempts of every event with 503, then accept.
+    FailFirst(usize),
+    /// Answer this status forever.
+    Always(u16),
+    /// Accept, but only after holding the request this long.
+    Slow(Duration),
+}
+
+#[derive(Clone, Debug)]
+struct Received {
+    id: String,
+    verified: bool,
+    body: Value,
+}
+
+#[derive(Clone)]
+struct Partner {
+    secret: Arc<Mutex<Option<Vec<u8>>>>,
+    behaviour: Arc<Mutex<Behaviour>>,
+    attempts: Arc<Mutex<Vec<Received>>>,
+    url: String,
+}
+
+impl Partner {
+    async fn start(behaviour: Behaviour) -> Partner {
+        let partner = Partner {
+            secret: Arc::default(),
+            behaviour: Arc::new(Mutex::new(behaviour)),
+            attempts: Arc::default(),
+            url: String::new(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let app = axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(partner.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("partner") });
+        Partner { url, ..partner }
+    }
+
+    fn set_secret(&self, secret: &str) {
+        *self.secret.lock().expect("lock") = Some(webhook::parse_secret(secret).expect("secret"));
+    }
+
+    fn behave(&self, b: Behaviour) {
+        *self.behaviour.lock().expect("lock") = b;
+    }
+
+    fn attempts(&self) -> Vec<Received> {
+        self.attempts.lock().expect("lock").clone()
+    }
+
+    /// Distinct events accepted (2xx), by webhook-id.
+    fn accepted(&self) -> HashMap<String, Value> {
+        self.attempts()
+            .into_iter()
+            .filter(|a| a.verified && a.body["accepted"] != false)
+            .map(|a| (a.id, a.body))
+            .collect()
+    }
+}
+
+async fn receive(State(p): State<Partner>, headers: HeaderMap, body: Bytes) -> AxStatus {
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let id = h("webhook-id");
+    let secret = p.secret.lock().expect("lock").clone().unwrap_or_default();
+    let verified = webhook::verify(
+        &[&secret],
+        &id,
+        &h("webhook-timestamp"),
+        &h("webhook-signature"),
+        &body,
+        chrono::Utc::now().timestamp(),
+        300,
+    )
+    .is_ok()
+        && h("idempotency-key") == id;
+    let mut parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let behaviour = *p.behaviour.lock().expect("lock");
+    let seen = p
+        .attempts
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|a| a.id == id)
+        .count();
+    let status = match behaviour {
+        Behaviour::Healthy => AxStatus::OK,
+        Behaviour::FailFirst(n) if seen < n => AxStatus::SERVICE_UNAVAILABLE,
+        Behaviour::FailFirst(_) => AxStatus::OK,
+        Behaviour::Always(code) => AxStatus::from_u16(code).expect("status"),
+        Behaviour::Slow(d) => {
+            tokio::time::sleep(d).await;
+            AxStatus::OK
+        }
+    };
+    if !status.is_success() {
+        parsed["accepted"] = json!(false);
+    }
+    p.attempts.lock().expect("lock").push(Received {
+        id,
+        verified,
+        body: parsed,
+    });
+    if !verified {
+        return AxStatus::UNAUTHORIZED;
+    }
+    status
+}
+
+fn fast_relay() -> Settings {
+    Settings {
+        max_attempts: 4,
+        backoff_base_ms: 5,
+        backoff_cap_ms: 50,
+        timeout: Duration::from_millis(800),
+        allow_private_targets: true,
+        max_in_flight: 16,
+        per_partner_in_flight: 4,
+        poll: Duration::from_millis(50),
+    }
+}
+
+async fn register(s: &TestServer, ops: &str, partner: &Partner, types: Value) -> Uuid {
+    let (status, body) = s
+        .call(
+            Method::POST,
+            "/v1/admin/partners",
+            Some(ops),
+            Some(json!({"name": "EDI gateway", "url": partner.url, "event_types": types})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    partner.set_secret(body["secret"].as_str().expect("secret"));
+    body["id"].as_str().expect("id").parse().expect("uuid")
+}
+
+/// Waits (with a deadline, never a fixed sleep) until `done` holds.
+async fn eventually(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Drives a few orders through create, lines, allocations (one rejected), edits.
+async fn make_activity(s: &TestServer, token: &str, orders: usize) -> Vec<Uuid> {
+    let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
+    let mut ids = Vec::new();
+    for i in 0..orders {
+        let order = Uuid::now_v7();
+        let line = Uuid::now_v7();
+        ids.push(order);
+        s.post(
+            token,
+            "/v1/orders",
+            &key(),
+            json!({"id": order, "customer_id": demo::customer_id("acme", "Tokyo Distributor")}),
+        )
+        .await;
+        s.post(
+            token,
+            &format!("/v1/orders/{order}/lines"),
+            &key(),
+            json!({"id": line, "sku_id": sku, "qty_ordered": 6, "base_version": 1}),
+        )
+        .await;
+        let r = s
+            .post(
+                token,
+                &format!("/v1/orders/{order}/lines/{line}/allocate"),
+                &key(),
+                json!({"qty": 4}),
+            )
+            .await;
+        let v = if r.status == StatusCode::OK {
+            r.json()["order"]["version"].as_i64().expect("v")
+        } else {
+            assert_eq!(
+                r.json()["code"],
+                "insufficient_ats",
+                "only the second order runs dry"
+            );
+            2
+        };
+        s.mutate(
+            token,
+            Method::PATCH,
+            &format!("/v1/orders/{order}"),
+            &key(),
+            &json!({"base_version": v, "set": {"notes": format!("call #{i}")}}),
+        )
+        .await;
+    }
+    ids
+}
+
+/// Every order event the outbox holds, by webhook-id.
+async fn committed_events(db: &PgPool) -> HashMap<String, Value> {
+    let rows: Vec<(i64, Value)> =
+        sqlx::query_as("select id, payload from outbox where event_type like 'order.%'")
+            .fetch_all(db)
+            .await
+            .expect("outbox");
+    rows.into_iter()
+        .map(|(id, p)| (format!("evt_{id}"), p))
+        .collect()
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_flaky_partner_gets_every_event_signed_and_in_sequence(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let partner = Partner::start(Behaviour::FailFirst(2)).await;
+    register(&s, &ops, &partner, json!(["order.*"])).await;
+    let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
+
+    let orders = make_activity(&s, &dana, 3).await;
+    let committed = committed_events(&db).await;
+    eventually("every event accepted", Duration::from_secs(30), || {
+        partner.accepted().len() == committed.len()
+    })
+    .await;
+    relay.shutdown().await;
+
+    let attempts = partner.attempts();
+    assert!(
+        attempts.iter().all(|a| a.verified),
+        "every attempt carries a valid signature"
+    );
+    let accepted = partner.accepted();
+    for (id, payload) in &committed {
+        assert_eq!(
+            accepted.get(id).map(|b| &b["data"]),
+            Some(&payload["data"]),
+            "event {id} delivered as recorded"
+        );
+        assert_eq!(
+            attempts.iter().filter(|a| &a.id == id).count(),
+            3,
+            "two failures then success, same webhook-id"
+        );
+    }
+    // Per order: sequences 1..n with no gap; the rejected allocation is absent.
+    for order in orders {
+        let mut events: Vec<&Value> = accepted
+            .values()
+            .filter(|b| b["data"]["order_id"] == order.to_string())
+            .collect();
+        events.sort_by_key(|b| b["data"]["sequence"].as_i64());
+        let seqs: Vec<i64> = events
+            .iter()
+            .filter_map(|b| b["data"]["sequence"].as_i64())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=seqs.len() as i64).collect::<Vec<_>>(),
+            "gap-free"
+        );
+    }
+    let allocated: Vec<&Value> = accepted
+        .values()
+        .filter(|b| b["type"] == "order.line_allocated")
+        .collect();
+    assert_eq!(
+        allocated.len(),
+        1,
+        "6 on hand, 4 each: only the first allocation happened and was announced"
+    );
+    assert_eq!(allocated[0]["data"]["ats_after"], 2);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_dead_partner_is_dead_lettered_without_delaying_a_healthy_one(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let broken = Partner::start(Behaviour::Always(400)).await;
+    let healthy = Partner::start(Behaviour::Healthy).await;
+    register(&s, &ops, &broken, json!(["order.created"])).await;
+    register(&s, &ops, &healthy, json!(["*"])).await;
+    let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
+
+    make_activity(&s, &dana, 2).await;
+    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(&db)
+        .await
+        .expect("n");
+    eventually(
+        "healthy partner has everything",
+        Duration::from_secs(30),
+        || healthy.accepted().len() as i64 == all,
+    )
+    .await;
+    let dead_count = || {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select count(*) from deliveries where state = 'dead'")
+                .fetch_one(&db)
+                .await
+                .expect("n")
+        }
+    };
+    let start = Instant::now();
+    while dead_count().await < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "broken partner's deliveries dead-lettered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(broken.attempts().len() >= 2 * 4, "max attempts each");
+
+    let (_, dead) = s.get("/v1/admin/deliveries?state=dead", &ops).await;
+    let dead = dead["deliveries"].as_array().expect("list").clone();
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0]["attempts"], 4);
+    assert_eq!(dead[0]["last_status"], 400);
+    assert!(dead[0]["last_error"]
+        .as_str()
+        .expect("error")
+        .contains("HTTP 400"));
+    let (_, stats) = s.get("/v1/admin/stats", &ops).await;
+    assert_eq!(stats["dead_letters"], 2, "{stats}");
+
+    // The partner fixes its endpoint; the operator requeues; delivered once.
+    broken.behave(Behaviour::Healthy);
+    for d in &dead {
+        let (status, _) = s
+            .call(
+                Method::POST,
+                &format!("/v1/admin/deliveries/{}/requeue", d["id"]),
+                Some(&ops),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    eventually(
+        "requeued deliveries arrive",
+        Duration::from_secs(30),
+        || broken.accepted().len() == 2,
+    )
+    .await;
+    relay.shutdown().await;
+    let (status, _) = s
+        .call(
+            Method::POST,
+            &format!("/v1/admin/deliveries/{}/requeue", dead[0]["id"]),
+            Some(&ops),
+            None,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "a delivered one cannot be requeued"
+    );
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_killed_relay_loses_nothing(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let partner = Partner::start(Behaviour::Slow(Duration::from_millis(300))).await;
+    register(&s, &ops, &partner, json!(["*"])).await;
+    make_activity(&s, &dana, 3).await;
+    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(&db)
+        .await
+        .expect("n");
+
+    // Kill it while calls are in flight.
+    let first = relay::spawn(db.clone(), fast_relay()).expect("relay");
+    eventually("calls in flight", Duration::from_secs(10), || {
+        !partner.attempts().is_empty()
+    })
+    .await;
+    first.abort();
+    let after_kill = partner.attempts().len();
+    assert!((after_kill as i64) < all, "killed before finishing");
+
+    // Two relays take over together once the dead one's leases expire.
+    partner.behave(Behaviour::Healthy);
+    let a = relay::spawn(db.clone(), fast_relay()).expect("relay");
+    let b = relay::spawn(db.clone(), fast_relay()).expect("relay");
+    // The dead relay's calls may still have reached the partner, unrecorded:
+    // wait for the database to say delivered, not for the partner.
+    let delivered = || {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "select count(*) from deliveries where state = 'delivered'",
+            )
+            .fetch_one(&db)
+            .await
+            .expect("n")
+        }
+    };
+    let start = Instant::now();
+    while delivered().await < all {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "everything delivered after the kill"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+    assert_eq!(delivered().await, all);
+    assert_eq!(partner.accepted().len() as i64, all);
+    // Redeliveries, if any, repeat a webhook-id: partners dedupe on it.
+    let ids: std::collections::HashSet<String> =
+        partner.attempts().into_iter().map(|a| a.id).collect();
+    assert_eq!(ids.len() as i64, all);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn partner_admin_refuses_internal_urls_pauses_on_410_and_rotates(db: PgPool) {
+    // Default policy: loopback and private targets refused at registration.
+    let strict = TestServer::start(db.clone()).await;
+    let ops = strict.login("acme", "ops@acme.test").await;
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "http://localhost/hook",
+        "http://10.0.0.8/hook",
+        "http://169.254.169.254/latest",
+        "ftp://example.com/x",
+    ] {
+        let (status, p) = strict
+            .call(
+                Method::POST,
+                "/v1/admin/partners",
+                Some(&ops),
+                Some(json!({"name": "x", "url": url, "event_types": ["*"]})),
+            )
+            .await;
+        assert_problem(status, &p, 400, "validation_failed");
+        assert_eq!(p["errors"][0]["field"], "url");
+    }
+    let dana = strict.login("acme", "dana@acme.test").await;
+    let (status, p) = strict.get("/v1/admin/partners", &dana).await;
+    assert_problem(status, &p, 403, "forbidden");
+    drop(strict);
+
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let gone = Partner::start(Behaviour::Always(410)).await;
+    let id = register(&s, &ops, &gone, json!(["order.*"])).await;
+    let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
+    make_activity(&s, &dana, 1).await;
+    eventually("410 seen", Duration::from_secs(10), || {
+        !gone.attempts().is_empty()
+    })
+    .await;
+    let paused = || {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>("select not enabled from partners where id = $1")
+                .bind(id)
+                .fetch_one(&db)
+                .await
+                .expect("p")
+        }
+    };
+    let start = Instant::now();
+    while !paused().await {
+        assert!(start.elapsed() < Duration::from_secs(10), "partner paused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, list) = s.get("/v1/admin/partners", &ops).await;
+    assert_eq!(
+        list["partners"][0]["paused_reason"],
+        "endpoint answered 410 Gone"
+    );
+    // Only what was already in flight when the 410 came (the per-partner cap).
+    assert!(gone.attempts().len() <= 4, "no new attempts once paused");
+
+    // Rotation: the old and the new secret both sign during the grace period.
+    gone.behave(Behaviour::Healthy);
+    let (status, rotated) = s
+        .call(
+            Method::POST,
+            &format!("/v1/admin/partners/{id}/rotate-secret"),
+            Some(&ops),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = s
+        .call(
+            Method::PATCH,
+            &format!("/v1/admin/partners/{id}"),
+            Some(&ops),
+            Some(json!({"enabled": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // The partner still verifies with its old secret: accepted.
+    eventually(
+        "deliveries resume after re-enable",
+        Duration::from_secs(10),
+        || gone.accepted().len() >= 4,
+    )
+    .await;
+    gone.set_secret(rotated["secret"].as_str().expect("secret"));
+    make_activity(&s, &dana, 1).await;
+    let before = gone.accepted().len();
+    eventually("new secret verifies too", Duration::from_secs(10), || {
+        gone.accepted().len() > before
+    })
+    .await;
+    relay.shutdown().await;
+}
