@@ -77,6 +77,16 @@ pub struct ServeConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub idempotency_retention_hours: u32,
 
+    /// How long delivered webhooks (and events with nothing left to deliver)
+    /// are kept for operators before the reaper deletes them (hours).
+    #[arg(long, env = "HOLDFAST_OUTBOX_RETENTION_HOURS", default_value_t = 168)]
+    pub outbox_retention_hours: u32,
+
+    /// How long inbound webhook records are kept: providers' redeliveries
+    /// within this window are recognised as duplicates (hours).
+    #[arg(long, env = "HOLDFAST_INBOX_RETENTION_HOURS", default_value_t = 720)]
+    pub inbox_retention_hours: u32,
+
     /// Log as JSON lines instead of text.
     #[arg(long, env = "HOLDFAST_LOG_JSON")]
     pub log_json: bool,
@@ -150,6 +160,8 @@ impl std::fmt::Debug for ServeConfig {
                 "idempotency_retention_hours",
                 &self.idempotency_retention_hours,
             )
+            .field("outbox_retention_hours", &self.outbox_retention_hours)
+            .field("inbox_retention_hours", &self.inbox_retention_hours)
             .field("log_json", &self.log_json)
             .field("relay", &self.relay)
             .finish()

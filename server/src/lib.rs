@@ -108,6 +108,8 @@ async fn serve_on(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let retention = housekeeping::Retention {
         idempotency_hours: config.idempotency_retention_hours,
+        outbox_hours: config.outbox_retention_hours,
+        inbox_hours: config.inbox_retention_hours,
     };
     let reaper = tokio::spawn(housekeeping::run(db.clone(), retention, stopped));
     let mut relays = Vec::new();

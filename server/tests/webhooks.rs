@@ -805,3 +805,75 @@ async fn partner_admin_refuses_internal_urls_pauses_on_410_and_rotates(db: PgPoo
     .await;
     relay.shutdown().await;
 }
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn the_reaper_bounds_outbox_deliveries_and_inbox(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let healthy = Partner::start(Behaviour::Healthy).await;
+    let broken = Partner::start(Behaviour::Always(500)).await;
+    register(&s, &ops, &healthy, json!(["order.created"])).await;
+    register(&s, &ops, &broken, json!(["order.created"])).await;
+    let secret = inbound_secret(&s, &ops, "warehouse").await;
+    let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
+    let body = json!({"type": "inventory.received", "data": {"sku_id": sku, "qty": 1}}).to_string();
+    let now = chrono::Utc::now().timestamp();
+    send_inbound(
+        &s,
+        "acme",
+        "warehouse",
+        signed(&secret, "old_evt", now, &body),
+        &body,
+    )
+    .await;
+    let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
+    make_activity(&s, &dana, 2).await;
+    eventually(
+        "healthy partner has both creates",
+        Duration::from_secs(20),
+        || healthy.accepted().len() == 2,
+    )
+    .await;
+    relay.shutdown().await;
+
+    // Everything is old now.
+    sqlx::raw_sql(
+        "update deliveries set delivered_at = now() - interval '200 hours' where state = 'delivered';
+         update outbox set fanned_out_at = now() - interval '200 hours';
+         update inbox set received_at = now() - interval '800 hours';",
+    )
+    .execute(&db)
+    .await
+    .expect("age");
+    let retention = holdfast_server::housekeeping::Retention {
+        idempotency_hours: 72,
+        outbox_hours: 168,
+        inbox_hours: 720,
+    };
+    let [_, deliveries, events, inbox] = holdfast_server::housekeeping::reap_all(&db, &retention)
+        .await
+        .expect("reap");
+    assert_eq!(deliveries, 2, "the two delivered to the healthy partner");
+    assert_eq!(inbox, 1);
+    let left: Vec<(String, i64)> =
+        sqlx::query_as("select state, count(*) from deliveries group by state order by state")
+            .fetch_all(&db)
+            .await
+            .expect("left");
+    assert!(
+        left.iter().all(|(state, _)| state != "delivered"),
+        "{left:?}"
+    );
+    assert!(
+        left.iter().map(|(_, n)| n).sum::<i64>() == 2,
+        "undelivered ones stay: {left:?}"
+    );
+    // Events still owed to the broken partner stay; the rest are gone.
+    let remaining: i64 = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(&db)
+        .await
+        .expect("n");
+    assert_eq!(remaining, 2);
+    assert!(events > 0);
+}
