@@ -79,10 +79,15 @@ pub fn problem_response(problem: &Problem) -> Response {
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::to_vec(problem).unwrap_or_default();
     let mut response = (status, body).into_response();
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
     );
+    // A problem that says when to come back says it in the header too.
+    if let Some(secs) = problem.extension("retry_after").and_then(|v| v.as_u64()) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     response
 }
 

@@ -14,6 +14,7 @@ pub mod inbox;
 pub mod metrics;
 pub mod openapi;
 pub mod pg;
+pub mod ratelimit;
 pub mod reconcile;
 pub mod relay;
 pub mod telemetry;
@@ -39,6 +40,8 @@ pub struct AppState {
     pub hub: Arc<feed::Hub>,
     /// `--relay-allow-private-targets`: partner URLs may be internal.
     pub allow_private_targets: bool,
+    /// Sign-in throttling (per account and per client address).
+    pub login_limiter: Arc<ratelimit::LoginLimiter>,
 }
 
 impl AppState {
@@ -48,6 +51,7 @@ impl AppState {
             metrics: metrics::Metrics::global(),
             hub: feed::Hub::new(),
             allow_private_targets: false,
+            login_limiter: Arc::default(),
         }
     }
 
@@ -149,18 +153,21 @@ pub async fn run(
     let app = http::router(state);
     println!("listening on http://{addr}");
     tracing::info!(%addr, "accepting requests");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown({
-            let hub = hub.clone();
-            async move {
-                shutdown.await;
-                // Open streams never finish by themselves; end them so the
-                // graceful shutdown can.
-                hub.close();
-            }
-        })
-        .await
-        .context("HTTP server");
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown({
+        let hub = hub.clone();
+        async move {
+            shutdown.await;
+            // Open streams never finish by themselves; end them so the
+            // graceful shutdown can.
+            hub.close();
+        }
+    })
+    .await
+    .context("HTTP server");
     hub.close();
     feed_tasks.join().await;
     served?;

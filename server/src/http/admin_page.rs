@@ -132,6 +132,7 @@ pub struct LoginForm {
 /// `POST /admin/login`
 pub async fn login(
     State(state): State<AppState>,
+    crate::http::ClientAddr(addr): crate::http::ClientAddr,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> PageResult {
@@ -148,14 +149,29 @@ pub async fn login(
             &headers,
         ));
     }
-    let outcome = sessions::login(
-        &state.db,
+    let outcome = match crate::http::sessions::sign_in(
+        &state,
+        &addr,
         form.tenant.trim(),
         &form.email,
         &form.password,
         DEVICE_NAME,
     )
-    .await?;
+    .await
+    {
+        Err(crate::error::ApiError::Problem(p))
+            if p.code == holdfast_protocol::problem::ProblemCode::RateLimited =>
+        {
+            return Ok(login_page(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("Too many failed sign-ins. Wait a few minutes and try again."),
+                &form.tenant,
+                &form.email,
+                &headers,
+            ));
+        }
+        other => other?,
+    };
     let Some((token, user, tenant)) = outcome else {
         return Ok(login_page(
             StatusCode::UNAUTHORIZED,

@@ -121,6 +121,24 @@ fn strip_position(message: &str) -> String {
     }
 }
 
+/// The client's address as the socket saw it ("unknown" when served without
+/// connect info). Behind a proxy this is the proxy; trusting a forwarded
+/// header is a deployment decision this server does not make for you.
+pub struct ClientAddr(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let addr = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip().to_string())
+            .unwrap_or_else(|| "unknown".to_owned());
+        Ok(ClientAddr(addr))
+    }
+}
+
 /// Path parameters; a malformed id cannot name anything, so it is a 404.
 pub struct ApiPath<T>(pub T);
 

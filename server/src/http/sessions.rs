@@ -6,7 +6,10 @@ use axum::Json;
 use holdfast_protocol::model::{LoginRequest, LoginResponse};
 use holdfast_protocol::problem::Problem;
 
-use super::{ApiJson, Caller};
+use holdfast_protocol::model::{SessionTenant, SessionUser};
+use holdfast_protocol::problem::ProblemCode;
+
+use super::{ApiJson, Caller, ClientAddr};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 
@@ -14,6 +17,7 @@ use crate::AppState;
     responses((status = 201, body = LoginResponse), (status = 401, body = Problem), (status = 400, body = Problem)))]
 pub async fn login(
     State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<(StatusCode, Json<LoginResponse>)> {
     if req.device_name.trim().is_empty() || req.device_name.len() > 200 {
@@ -22,8 +26,9 @@ pub async fn login(
             "must be 1–200 characters",
         ));
     }
-    let outcome = crate::db::sessions::login(
-        &state.db,
+    let outcome = sign_in(
+        &state,
+        &addr,
         &req.tenant,
         &req.email,
         &req.password,
@@ -55,4 +60,38 @@ pub async fn login(
 pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<StatusCode> {
     crate::db::sessions::revoke(&state.db, &caller).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Signs in through the throttle (API sign-in and the admin page alike):
+/// too many recent failures for the account or the address answer 429 with
+/// Retry-After before the password is even checked.
+pub(crate) async fn sign_in(
+    state: &AppState,
+    addr: &str,
+    tenant: &str,
+    email: &str,
+    password: &str,
+    device_name: &str,
+) -> ApiResult<Option<(String, SessionUser, SessionTenant)>> {
+    if let Err(wait) = state.login_limiter.check(tenant, email, addr) {
+        let secs = wait.as_secs().max(1);
+        tracing::warn!(
+            tenant,
+            address = addr,
+            "sign-in throttled after repeated failures"
+        );
+        return Err(Problem::new(
+            ProblemCode::RateLimited,
+            format!("too many failed sign-ins; try again in {secs} s"),
+        )
+        .with("retry_after", secs)
+        .into());
+    }
+    let outcome =
+        crate::db::sessions::login(&state.db, tenant, email, password, device_name).await?;
+    match &outcome {
+        Some(_) => state.login_limiter.record_success(tenant, email),
+        None => state.login_limiter.record_failure(tenant, email, addr),
+    }
+    Ok(outcome)
 }
