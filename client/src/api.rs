@@ -1,0 +1,335 @@
+//! The HTTP side: API.md's sessions, batch push, pull and stream over
+//! reqwest, with every failure sorted into "try again later" (network, 5xx,
+//! 429) or "the server said no" (a problem document).
+
+use std::time::Duration;
+
+use holdfast_protocol::backoff::parse_retry_after;
+use holdfast_protocol::model::{LoginRequest, LoginResponse, PushItem, PushRequest, PushResponse};
+use holdfast_protocol::problem::Problem;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No answer: refused, reset, timed out, cut mid-body.
+    #[error("cannot reach the server: {0}")]
+    Network(String),
+    /// An answer that is not a success.
+    #[error("the server answered {status}: {detail}")]
+    Status {
+        status: u16,
+        problem: Option<Box<Problem>>,
+        retry_after: Option<Duration>,
+        detail: String,
+    },
+    /// A success whose body is not what API.md says.
+    #[error("the server's answer could not be read: {0}")]
+    Decode(String),
+}
+
+impl ApiError {
+    /// Worth retrying later with the same request.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Network(_) => true,
+            ApiError::Status { status, .. } => *status >= 500 || *status == 429 || *status == 408,
+            // A cut or garbled body is a network fault as far as we can tell.
+            ApiError::Decode(_) => true,
+        }
+    }
+
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, ApiError::Status { status: 401, .. })
+    }
+
+    /// Whether the server could not be reached at all (vs. answered badly).
+    pub fn is_offline(&self) -> bool {
+        matches!(self, ApiError::Network(_))
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+fn network(e: reqwest::Error) -> ApiError {
+    // The chain says why (refused, reset, timed out); the URL carries no
+    // secret, the token travels in a header.
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    ApiError::Network(msg)
+}
+
+/// One change of the pull feed. `kind` stays a string so a kind added to the
+/// API later is skipped, not a reason to stop syncing.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawChange {
+    pub kind: String,
+    pub id: Uuid,
+    pub version: i64,
+    pub data: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PullPage {
+    pub changes: Vec<RawChange>,
+    pub cursor: String,
+    pub has_more: bool,
+}
+
+/// Timeouts for the HTTP client.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// A whole request and its answer (not the stream).
+    pub request: Duration,
+    /// Silence on the stream longer than this means it is dead (API.md: a
+    /// comment at least every 15 s).
+    pub stream_idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            request: Duration::from_secs(30),
+            stream_idle: Duration::from_secs(45),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    stream_http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Api {
+    pub fn new(base: &str, token: Option<String>, t: Timeouts) -> Result<Api, ApiError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(t.connect)
+            .timeout(t.request)
+            .build()
+            .map_err(network)?;
+        let stream_http = reqwest::Client::builder()
+            .connect_timeout(t.connect)
+            .read_timeout(t.stream_idle)
+            .build()
+            .map_err(network)?;
+        Ok(Api {
+            http,
+            stream_http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    async fn send(req: reqwest::RequestBuilder) -> Result<(StatusCode, Vec<u8>), ApiError> {
+        let resp = req.send().await.map_err(network)?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        // A body cut mid-way is a network fault: the request may have run.
+        let bytes = resp.bytes().await.map_err(network)?.to_vec();
+        if status.is_success() {
+            return Ok((status, bytes));
+        }
+        Err(status_error(status, &headers, &bytes))
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::Decode(e.to_string()))
+    }
+
+    /// `POST /v1/sessions`.
+    pub async fn login(&self, req: &LoginRequest) -> Result<LoginResponse, ApiError> {
+        let (_, bytes) = Self::send(self.request(Method::POST, "/v1/sessions").json(req)).await?;
+        Self::decode(&bytes)
+    }
+
+    /// `DELETE /v1/sessions/current`.
+    pub async fn logout(&self) -> Result<(), ApiError> {
+        Self::send(self.request(Method::DELETE, "/v1/sessions/current")).await?;
+        Ok(())
+    }
+
+    /// `POST /v1/sync/push`.
+    pub async fn push(&self, items: Vec<PushItem>) -> Result<PushResponse, ApiError> {
+        let body = PushRequest { mutations: items };
+        let (_, bytes) =
+            Self::send(self.request(Method::POST, "/v1/sync/push").json(&body)).await?;
+        Self::decode(&bytes)
+    }
+
+    /// `GET /v1/sync/pull`.
+    pub async fn pull(&self, cursor: Option<&str>, limit: u32) -> Result<PullPage, ApiError> {
+        let mut url = reqwest::Url::parse(&format!("{}/v1/sync/pull", self.base))
+            .map_err(|e| ApiError::Network(format!("bad server URL: {e}")))?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("limit", &limit.to_string());
+            if let Some(c) = cursor {
+                q.append_pair("cursor", c);
+            }
+        }
+        let mut req = self.http.get(url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let (_, bytes) = Self::send(req).await?;
+        Self::decode(&bytes)
+    }
+
+    /// `GET /v1/sync/stream`: the open response, to be read as it arrives.
+    pub async fn stream(&self) -> Result<reqwest::Response, ApiError> {
+        let mut req = self
+            .stream_http
+            .get(format!("{}/v1/sync/stream", self.base))
+            .header("accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(network)?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.map_err(network)?;
+        Err(status_error(status, &headers, &bytes))
+    }
+}
+
+fn status_error(status: StatusCode, headers: &HeaderMap, bytes: &[u8]) -> ApiError {
+    let problem: Option<Problem> = serde_json::from_slice(bytes).ok();
+    let retry_after = headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, chrono::Utc::now()));
+    let detail = problem
+        .as_ref()
+        .map(|p| format!("{} ({})", p.detail.as_deref().unwrap_or(&p.title), p.code))
+        .unwrap_or_else(|| String::from_utf8_lossy(bytes).chars().take(200).collect());
+    ApiError::Status {
+        status: status.as_u16(),
+        problem: problem.map(Box::new),
+        retry_after,
+        detail,
+    }
+}
+
+/// Reads Server-Sent Events from a byte stream: yields the `event:` name and
+/// `data:` of each complete event; comments (heartbeats) yield nothing.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub event: String,
+    pub data: String,
+}
+
+impl SseParser {
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+        self.buf.push_str(&String::from_utf8_lossy(chunk));
+        // Normalise line ends so "\r\n\r\n" and "\n\n" both end an event.
+        if self.buf.contains('\r') {
+            self.buf = self.buf.replace("\r\n", "\n").replace('\r', "\n");
+        }
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.find("\n\n") {
+            let block: String = self.buf.drain(..end + 2).collect();
+            let mut event = String::from("message");
+            let mut data = Vec::new();
+            let mut any = false;
+            for line in block.lines() {
+                if line.starts_with(':') || line.is_empty() {
+                    continue;
+                }
+                let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                let value = value.strip_prefix(' ').unwrap_or(value);
+                match field {
+                    "event" => {
+                        event = value.to_owned();
+                        any = true;
+                    }
+                    "data" => {
+                        data.push(value.to_owned());
+                        any = true;
+                    }
+                    _ => {}
+                }
+            }
+            if any {
+                out.push(SseEvent {
+                    event,
+                    data: data.join("\n"),
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_events_across_chunks_and_comments() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b": subscribed\n\nevent: chan").is_empty());
+        let events = p.feed(
+            b"ged\ndata: {\"cursor\":\"a\"}\n\n: keep-alive\n\nevent: changed\r\ndata: x\r\n\r\n",
+        );
+        assert_eq!(
+            events,
+            vec![
+                SseEvent {
+                    event: "changed".into(),
+                    data: "{\"cursor\":\"a\"}".into()
+                },
+                SseEvent {
+                    event: "changed".into(),
+                    data: "x".into()
+                }
+            ]
+        );
+    }
+}

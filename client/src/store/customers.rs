@@ -1,0 +1,79 @@
+//! `customers`: the mirror of the tenant's customers (name, credit limit),
+//! for the customer picker and for naming customers offline.
+
+use holdfast_protocol::model::Customer;
+use rusqlite::{params, OptionalExtension, Transaction};
+use uuid::Uuid;
+
+use super::{Migration, StoreError, StoreResult};
+
+pub(super) const MIGRATIONS: &[Migration] = &[(
+    1,
+    "create table customers (
+        id           text primary key,
+        name         text not null,
+        credit_limit integer,
+        version      integer not null
+    );
+    create index customers_name on customers (name);",
+)];
+
+/// Stores `c` unless the mirror already holds a newer version.
+pub fn upsert(tx: &Transaction<'_>, c: &Customer, version: i64) -> StoreResult<()> {
+    tx.execute(
+        "insert into customers (id, name, credit_limit, version) values (?1, ?2, ?3, ?4)
+         on conflict (id) do update set name = excluded.name, credit_limit = excluded.credit_limit,
+                version = excluded.version
+          where excluded.version >= customers.version",
+        params![c.id.to_string(), c.name, c.credit_limit, version],
+    )?;
+    Ok(())
+}
+
+pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
+    tx.execute("delete from customers where id = ?1", [id.to_string()])?;
+    Ok(())
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, Option<i64>)> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+}
+
+fn customer((id, name, credit_limit): (String, String, Option<i64>)) -> StoreResult<Customer> {
+    Ok(Customer {
+        id: id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("customer id {id:?}")))?,
+        name,
+        credit_limit,
+    })
+}
+
+pub fn list(tx: &Transaction<'_>) -> StoreResult<Vec<Customer>> {
+    let mut stmt = tx.prepare("select id, name, credit_limit from customers order by name, id")?;
+    let rows = stmt.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(customer).collect()
+}
+
+pub fn get(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<Customer>> {
+    tx.query_row(
+        "select id, name, credit_limit from customers where id = ?1",
+        [id.to_string()],
+        row,
+    )
+    .optional()?
+    .map(customer)
+    .transpose()
+}
+
+/// Customers whose name contains `text` (case-insensitive, ASCII).
+pub fn find(tx: &Transaction<'_>, text: &str) -> StoreResult<Vec<Customer>> {
+    let mut stmt = tx.prepare(
+        "select id, name, credit_limit from customers
+          where name like '%' || ?1 || '%' order by name, id",
+    )?;
+    let rows = stmt
+        .query_map([text], row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(customer).collect()
+}

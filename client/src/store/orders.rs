@@ -1,0 +1,233 @@
+//! `orders` and `order_lines`: the mirror of the server's order documents,
+//! exactly as the server last answered them (push results and pulls). Pending
+//! acts are never written here; the optimistic view applies them on top.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use holdfast_protocol::model::{Line, Order, OrderStatus};
+use rusqlite::{params, OptionalExtension, Transaction};
+use uuid::Uuid;
+
+use super::{Migration, StoreError, StoreResult};
+
+pub(super) const MIGRATIONS: &[Migration] = &[(
+    1,
+    "create table orders (
+        id                text primary key,
+        customer_id       text not null,
+        customer_po       text,
+        ship_window_start text,
+        ship_window_end   text,
+        notes             text,
+        status            text not null,
+        -- The server's version: the mirror only ever moves forward.
+        version           integer not null,
+        invoice_id        text,
+        updated_at        text not null,
+        updated_by        text not null,
+        updated_by_name   text not null,
+        created_at        text not null
+    );
+    create index orders_created on orders (created_at, id);
+    create table order_lines (
+        order_id      text not null references orders (id) on delete cascade,
+        id            text not null,
+        -- The line's place in the server's document.
+        position      integer not null,
+        sku_id        text not null,
+        qty_ordered   integer not null,
+        qty_allocated integer not null,
+        primary key (order_id, id)
+    );
+    create index order_lines_sku on order_lines (sku_id);",
+)];
+
+/// Stores `o` unless the mirror already holds a newer version (a replayed
+/// answer can carry an old document). Returns whether it was stored.
+pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
+    let stored: Option<i64> = tx
+        .query_row(
+            "select version from orders where id = ?1",
+            [o.id.to_string()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if stored.is_some_and(|v| v > o.version) {
+        return Ok(false);
+    }
+    tx.execute(
+        "insert into orders (id, customer_id, customer_po, ship_window_start, ship_window_end,
+                             notes, status, version, invoice_id, updated_at, updated_by,
+                             updated_by_name, created_at)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         on conflict (id) do update set customer_id = excluded.customer_id,
+                customer_po = excluded.customer_po, ship_window_start = excluded.ship_window_start,
+                ship_window_end = excluded.ship_window_end, notes = excluded.notes,
+                status = excluded.status, version = excluded.version,
+                invoice_id = excluded.invoice_id, updated_at = excluded.updated_at,
+                updated_by = excluded.updated_by, updated_by_name = excluded.updated_by_name,
+                created_at = excluded.created_at",
+        params![
+            o.id.to_string(),
+            o.customer_id.to_string(),
+            o.customer_po,
+            o.ship_window_start.map(|d| d.to_string()),
+            o.ship_window_end.map(|d| d.to_string()),
+            o.notes,
+            o.status.as_str(),
+            o.version,
+            o.invoice_id.map(|i| i.to_string()),
+            o.updated_at.to_rfc3339(),
+            o.updated_by.to_string(),
+            o.updated_by_name,
+            o.created_at.to_rfc3339(),
+        ],
+    )?;
+    tx.execute(
+        "delete from order_lines where order_id = ?1",
+        [o.id.to_string()],
+    )?;
+    let mut insert = tx.prepare_cached(
+        "insert into order_lines (order_id, id, position, sku_id, qty_ordered, qty_allocated)
+         values (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (position, line) in o.lines.iter().enumerate() {
+        insert.execute(params![
+            o.id.to_string(),
+            line.id.to_string(),
+            position as i64,
+            line.sku_id.to_string(),
+            line.qty_ordered,
+            line.qty_allocated
+        ])?;
+    }
+    Ok(true)
+}
+
+pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
+    tx.execute("delete from orders where id = ?1", [id.to_string()])?;
+    Ok(())
+}
+
+const COLUMNS: &str = "id, customer_id, customer_po, ship_window_start, ship_window_end, notes,
+    status, version, invoice_id, updated_at, updated_by, updated_by_name, created_at";
+
+struct Raw {
+    id: String,
+    customer_id: String,
+    customer_po: Option<String>,
+    ship_window_start: Option<String>,
+    ship_window_end: Option<String>,
+    notes: Option<String>,
+    status: String,
+    version: i64,
+    invoice_id: Option<String>,
+    updated_at: String,
+    updated_by: String,
+    updated_by_name: String,
+    created_at: String,
+}
+
+fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+    Ok(Raw {
+        id: r.get(0)?,
+        customer_id: r.get(1)?,
+        customer_po: r.get(2)?,
+        ship_window_start: r.get(3)?,
+        ship_window_end: r.get(4)?,
+        notes: r.get(5)?,
+        status: r.get(6)?,
+        version: r.get(7)?,
+        invoice_id: r.get(8)?,
+        updated_at: r.get(9)?,
+        updated_by: r.get(10)?,
+        updated_by_name: r.get(11)?,
+        created_at: r.get(12)?,
+    })
+}
+
+fn uuid(s: &str, what: &str) -> StoreResult<Uuid> {
+    s.parse()
+        .map_err(|_| StoreError::Corrupt(format!("{what} {s:?} is not a UUID")))
+}
+
+fn date(s: Option<String>) -> StoreResult<Option<NaiveDate>> {
+    s.map(|d| {
+        d.parse()
+            .map_err(|_| StoreError::Corrupt(format!("date {d:?}")))
+    })
+    .transpose()
+}
+
+fn time(s: &str) -> StoreResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.to_utc())
+        .map_err(|_| StoreError::Corrupt(format!("time {s:?}")))
+}
+
+fn lines(tx: &Transaction<'_>, order_id: &str) -> StoreResult<Vec<Line>> {
+    let mut stmt = tx.prepare_cached(
+        "select id, sku_id, qty_ordered, qty_allocated from order_lines
+          where order_id = ?1 order by position",
+    )?;
+    let rows = stmt
+        .query_map([order_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(id, sku_id, qty_ordered, qty_allocated)| {
+            Ok(Line {
+                id: uuid(&id, "line id")?,
+                sku_id: uuid(&sku_id, "SKU id")?,
+                qty_ordered,
+                qty_allocated,
+            })
+        })
+        .collect()
+}
+
+fn order(tx: &Transaction<'_>, r: Raw) -> StoreResult<Order> {
+    let status = OrderStatus::parse(&r.status)
+        .ok_or_else(|| StoreError::Corrupt(format!("order status {:?}", r.status)))?;
+    Ok(Order {
+        id: uuid(&r.id, "order id")?,
+        customer_id: uuid(&r.customer_id, "customer id")?,
+        customer_po: r.customer_po,
+        ship_window_start: date(r.ship_window_start)?,
+        ship_window_end: date(r.ship_window_end)?,
+        notes: r.notes,
+        status,
+        version: r.version,
+        invoice_id: r.invoice_id.map(|i| uuid(&i, "invoice id")).transpose()?,
+        lines: lines(tx, &r.id)?,
+        updated_at: time(&r.updated_at)?,
+        updated_by: uuid(&r.updated_by, "user id")?,
+        updated_by_name: r.updated_by_name,
+        created_at: time(&r.created_at)?,
+    })
+}
+
+pub fn get(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<Order>> {
+    let row = tx
+        .query_row(
+            &format!("select {COLUMNS} from orders where id = ?1"),
+            [id.to_string()],
+            raw,
+        )
+        .optional()?;
+    row.map(|r| order(tx, r)).transpose()
+}
+
+/// Every mirrored order, oldest first.
+pub fn list(tx: &Transaction<'_>) -> StoreResult<Vec<Order>> {
+    let mut stmt = tx.prepare(&format!(
+        "select {COLUMNS} from orders order by created_at, id"
+    ))?;
+    let rows = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(|r| order(tx, r)).collect()
+}

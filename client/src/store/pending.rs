@@ -1,0 +1,325 @@
+//! `pending`: the local outbox. One row per user act that has not reached the
+//! server yet, in the order the user made them (`seq`).
+//!
+//! A row keeps its idempotency key (minted once, reused on every retry), the
+//! exact request, the base version the user was looking at and a snapshot of
+//! that document (the "base" of a conflict), and its retry state. A row that
+//! met a conflict or a rejection stays in place with that status: it holds the
+//! later rows of its order until the user resolves it, and its resolution
+//! takes its place in the order.
+
+use holdfast_protocol::model::Order;
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{from_json, to_json, Migration, StoreError, StoreResult};
+use crate::act::{self, Act, Stored, WireRequest};
+
+pub(super) const MIGRATIONS: &[Migration] = &[(
+    1,
+    "create table pending (
+        -- The order of the user's acts; a resolution keeps its row's place.
+        seq             integer primary key autoincrement,
+        idempotency_key text not null unique,
+        order_id        text not null,
+        -- Envelope schema of `act` (see act.rs): older rows are upcast.
+        schema_version  integer not null,
+        act             text,
+        -- The request exactly as sent: frozen, its fingerprint is the key's.
+        method          text not null,
+        path            text not null,
+        body            text not null,
+        -- The order version the user was looking at (0: the order is new).
+        base_version    integer not null,
+        -- That document (with the user's earlier pending acts applied).
+        base_doc        text,
+        created_at      integer not null,
+        attempts        integer not null default 0,
+        next_attempt_at integer not null,
+        last_error      text,
+        status          text not null default 'queued'
+                        check (status in ('queued', 'conflict', 'rejected'))
+    );
+    create index pending_order on pending (order_id, seq);",
+)];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Waiting to be sent (or to be retried).
+    Queued,
+    /// The server answered version_conflict; see `conflicts`.
+    Conflict,
+    /// The server refused it; see `rejections`.
+    Rejected,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Conflict => "conflict",
+            Status::Rejected => "rejected",
+        }
+    }
+
+    fn parse(s: &str) -> StoreResult<Self> {
+        match s {
+            "queued" => Ok(Status::Queued),
+            "conflict" => Ok(Status::Conflict),
+            "rejected" => Ok(Status::Rejected),
+            other => Err(StoreError::Corrupt(format!("pending status {other:?}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub seq: i64,
+    pub key: String,
+    pub order_id: Uuid,
+    pub act: Act,
+    pub request: WireRequest,
+    pub base_version: i64,
+    #[serde(skip)]
+    pub base_doc: Option<Order>,
+    pub created_at: i64,
+    pub attempts: i64,
+    pub next_attempt_at: i64,
+    pub last_error: Option<String>,
+    pub status: Status,
+}
+
+/// A new act for the queue.
+#[derive(Debug, Clone)]
+pub struct New<'a> {
+    pub key: &'a str,
+    pub act: &'a Act,
+    pub base_version: i64,
+    pub base_doc: Option<&'a Order>,
+    pub now: i64,
+}
+
+pub fn insert(tx: &Transaction<'_>, new: &New<'_>) -> StoreResult<i64> {
+    let req = new.act.request();
+    tx.execute(
+        "insert into pending (idempotency_key, order_id, schema_version, act, method, path, body,
+                              base_version, base_doc, created_at, next_attempt_at)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+        params![
+            new.key,
+            new.act.order_id().to_string(),
+            act::SCHEMA,
+            to_json(new.act)?,
+            req.method,
+            req.path,
+            to_json(&req.body)?,
+            new.base_version,
+            new.base_doc.map(to_json).transpose()?,
+            new.now,
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+const COLUMNS: &str = "seq, idempotency_key, order_id, schema_version, act, method, path, body,
+    base_version, base_doc, created_at, attempts, next_attempt_at, last_error, status";
+
+struct Raw {
+    seq: i64,
+    key: String,
+    order_id: String,
+    schema: u32,
+    act: Option<String>,
+    method: String,
+    path: String,
+    body: String,
+    base_version: i64,
+    base_doc: Option<String>,
+    created_at: i64,
+    attempts: i64,
+    next_attempt_at: i64,
+    last_error: Option<String>,
+    status: String,
+}
+
+fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+    Ok(Raw {
+        seq: r.get(0)?,
+        key: r.get(1)?,
+        order_id: r.get(2)?,
+        schema: r.get(3)?,
+        act: r.get(4)?,
+        method: r.get(5)?,
+        path: r.get(6)?,
+        body: r.get(7)?,
+        base_version: r.get(8)?,
+        base_doc: r.get(9)?,
+        created_at: r.get(10)?,
+        attempts: r.get(11)?,
+        next_attempt_at: r.get(12)?,
+        last_error: r.get(13)?,
+        status: r.get(14)?,
+    })
+}
+
+fn row(r: Raw) -> StoreResult<Row> {
+    let request = WireRequest {
+        method: r.method,
+        path: r.path,
+        body: from_json(&r.body)?,
+    };
+    let stored = Stored {
+        schema: r.schema,
+        act: r.act.as_deref().map(from_json).transpose()?,
+        request,
+    };
+    let act = act::upcast(&stored).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(Row {
+        seq: r.seq,
+        key: r.key,
+        order_id: r
+            .order_id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("pending order id {:?}", r.order_id)))?,
+        act,
+        request: stored.request,
+        base_version: r.base_version,
+        base_doc: r.base_doc.as_deref().map(from_json).transpose()?,
+        created_at: r.created_at,
+        attempts: r.attempts,
+        next_attempt_at: r.next_attempt_at,
+        last_error: r.last_error,
+        status: Status::parse(&r.status)?,
+    })
+}
+
+/// Every pending row, in the user's order.
+pub fn all(tx: &Transaction<'_>) -> StoreResult<Vec<Row>> {
+    let mut stmt = tx.prepare_cached(&format!("select {COLUMNS} from pending order by seq"))?;
+    let rows = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(row).collect()
+}
+
+/// The pending rows of one order, in the user's order.
+pub fn for_order(tx: &Transaction<'_>, order_id: Uuid) -> StoreResult<Vec<Row>> {
+    let mut stmt = tx.prepare_cached(&format!(
+        "select {COLUMNS} from pending where order_id = ?1 order by seq"
+    ))?;
+    let rows = stmt
+        .query_map([order_id.to_string()], raw)?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter().map(row).collect()
+}
+
+pub fn get(tx: &Transaction<'_>, seq: i64) -> StoreResult<Option<Row>> {
+    tx.query_row(
+        &format!("select {COLUMNS} from pending where seq = ?1"),
+        [seq],
+        raw,
+    )
+    .optional()?
+    .map(row)
+    .transpose()
+}
+
+/// The act reached the server (or is dropped by the user).
+pub fn delete(tx: &Transaction<'_>, seq: i64) -> StoreResult<()> {
+    tx.execute("delete from pending where seq = ?1", [seq])?;
+    Ok(())
+}
+
+pub fn set_status(tx: &Transaction<'_>, seq: i64, status: Status, error: &str) -> StoreResult<()> {
+    tx.execute(
+        "update pending set status = ?2, attempts = attempts + 1, last_error = ?3 where seq = ?1",
+        params![seq, status.as_str(), error],
+    )?;
+    Ok(())
+}
+
+/// One attempt that must be retried: not before `next_attempt_at`.
+pub fn retry_later(
+    tx: &Transaction<'_>,
+    seq: i64,
+    error: &str,
+    next_attempt_at: i64,
+) -> StoreResult<()> {
+    tx.execute(
+        "update pending set attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3
+          where seq = ?1",
+        params![seq, error, next_attempt_at],
+    )?;
+    Ok(())
+}
+
+/// Replaces a row's act in place (same `seq`, so the same place in the
+/// order) with a new key and request, queued to go now. Used by conflict and
+/// rejection resolutions: a changed request is a new intention, so it gets a
+/// new key (API.md: "mint a new one for a new act").
+pub fn replace(
+    tx: &Transaction<'_>,
+    seq: i64,
+    key: &str,
+    act: &Act,
+    base_version: i64,
+    base_doc: Option<&Order>,
+    now: i64,
+) -> StoreResult<()> {
+    let req = act.request();
+    tx.execute(
+        "update pending set idempotency_key = ?2, schema_version = ?3, act = ?4, method = ?5,
+                path = ?6, body = ?7, base_version = ?8, base_doc = ?9, attempts = 0,
+                next_attempt_at = ?10, last_error = null, status = 'queued'
+          where seq = ?1",
+        params![
+            seq,
+            key,
+            act::SCHEMA,
+            to_json(act)?,
+            req.method,
+            req.path,
+            to_json(&req.body)?,
+            base_version,
+            base_doc.map(to_json).transpose()?,
+            now
+        ],
+    )?;
+    Ok(())
+}
+
+/// Number of rows and the oldest row's creation time.
+pub fn summary(tx: &Transaction<'_>) -> StoreResult<(i64, Option<i64>)> {
+    Ok(
+        tx.query_row("select count(*), min(created_at) from pending", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?,
+    )
+}
+
+/// Writes a row in the shape an older app wrote it (tests of upcasting).
+#[doc(hidden)]
+pub fn insert_raw_v1(
+    tx: &Transaction<'_>,
+    key: &str,
+    request: &WireRequest,
+    order_id: Uuid,
+    base_version: i64,
+    now: i64,
+) -> StoreResult<i64> {
+    tx.execute(
+        "insert into pending (idempotency_key, order_id, schema_version, act, method, path, body,
+                              base_version, created_at, next_attempt_at)
+         values (?1, ?2, 1, null, ?3, ?4, ?5, ?6, ?7, ?7)",
+        params![
+            key,
+            order_id.to_string(),
+            request.method,
+            request.path,
+            to_json(&request.body)?,
+            base_version,
+            now
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}

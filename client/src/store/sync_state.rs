@@ -1,0 +1,240 @@
+//! `sync_state`: the one row that says who this desk is (server, tenant, user
+//! — never the token) and where its sync stands (pull cursor, last success,
+//! the store-wide backoff after network errors).
+
+use rusqlite::{params, OptionalExtension, Transaction};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Migration, StoreResult};
+
+pub(super) const MIGRATIONS: &[Migration] = &[(
+    1,
+    "create table sync_state (
+        id              integer primary key check (id = 1),
+        -- Minted once per store: names this desk's token in the keychain.
+        store_id        text not null,
+        server_url      text,
+        tenant_slug     text,
+        tenant_name     text,
+        user_id         text,
+        user_email      text,
+        user_name       text,
+        device_name     text,
+        -- The pull feed's opaque cursor; null = never pulled (full state next).
+        cursor          text,
+        last_push_at    integer,
+        last_pull_at    integer,
+        -- The last pass that pushed and pulled without a network error.
+        last_synced_at  integer,
+        -- Consecutive failed passes (network, 5xx): the backoff exponent.
+        failures        integer not null default 0,
+        next_attempt_at integer,
+        last_error      text,
+        -- 1 after a pass reached the server, 0 after one could not.
+        online          integer
+    );
+    insert into sync_state (id, store_id) values (1, lower(hex(randomblob(16))));",
+)];
+
+/// Who is signed in on this store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Profile {
+    pub server_url: String,
+    pub tenant_slug: String,
+    pub tenant_name: String,
+    pub user_id: Uuid,
+    pub user_email: String,
+    pub user_name: String,
+    pub device_name: String,
+}
+
+/// The whole row.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncState {
+    pub store_id: String,
+    pub profile: Option<Profile>,
+    pub cursor: Option<String>,
+    pub last_push_at: Option<i64>,
+    pub last_pull_at: Option<i64>,
+    pub last_synced_at: Option<i64>,
+    pub failures: u32,
+    pub next_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub online: Option<bool>,
+}
+
+pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
+    let row = tx.query_row(
+        "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
+                device_name, cursor, last_push_at, last_pull_at, last_synced_at, failures,
+                next_attempt_at, last_error, online
+           from sync_state where id = 1",
+        [],
+        |r| {
+            let server_url: Option<String> = r.get(1)?;
+            let user_id: Option<String> = r.get(4)?;
+            let profile = match (server_url, user_id) {
+                (Some(server_url), Some(user_id)) => Some((server_url, user_id)),
+                _ => None,
+            };
+            Ok((
+                r.get::<_, String>(0)?,
+                profile,
+                (
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<String>>(7)?,
+                ),
+                SyncState {
+                    store_id: String::new(),
+                    profile: None,
+                    cursor: r.get(8)?,
+                    last_push_at: r.get(9)?,
+                    last_pull_at: r.get(10)?,
+                    last_synced_at: r.get(11)?,
+                    failures: r.get(12)?,
+                    next_attempt_at: r.get(13)?,
+                    last_error: r.get(14)?,
+                    online: r.get::<_, Option<i64>>(15)?.map(|v| v != 0),
+                },
+            ))
+        },
+    )?;
+    let (store_id, ids, (slug, tname, email, uname, device), mut state) = row;
+    state.store_id = store_id;
+    if let Some((server_url, user_id)) = ids {
+        let user_id = user_id
+            .parse()
+            .map_err(|_| super::StoreError::Corrupt(format!("user id {user_id:?}")))?;
+        state.profile = Some(Profile {
+            server_url,
+            tenant_slug: slug.unwrap_or_default(),
+            tenant_name: tname.unwrap_or_default(),
+            user_id,
+            user_email: email.unwrap_or_default(),
+            user_name: uname.unwrap_or_default(),
+            device_name: device.unwrap_or_default(),
+        });
+    }
+    Ok(state)
+}
+
+/// Records who signed in. A different user or server starts a fresh feed
+/// (cursor cleared): the mirrors are what *they* may see.
+pub fn set_profile(tx: &Transaction<'_>, p: &Profile) -> StoreResult<()> {
+    let same: Option<bool> = tx
+        .query_row(
+            "select server_url = ?1 and tenant_slug = ?2 from sync_state where id = 1",
+            params![p.server_url, p.tenant_slug],
+            |r| r.get::<_, Option<bool>>(0),
+        )
+        .optional()?
+        .flatten();
+    tx.execute(
+        "update sync_state set server_url = ?1, tenant_slug = ?2, tenant_name = ?3, user_id = ?4,
+                user_email = ?5, user_name = ?6, device_name = ?7, failures = 0,
+                next_attempt_at = null, last_error = null
+          where id = 1",
+        params![
+            p.server_url,
+            p.tenant_slug,
+            p.tenant_name,
+            p.user_id.to_string(),
+            p.user_email,
+            p.user_name,
+            p.device_name
+        ],
+    )?;
+    if same != Some(true) {
+        tx.execute("update sync_state set cursor = null where id = 1", [])?;
+    }
+    Ok(())
+}
+
+/// The last server, tenant and user this store was signed in to, kept after
+/// logout: acts queued by that user must not go out under another.
+pub fn last_identity(tx: &Transaction<'_>) -> StoreResult<Option<(String, String, String)>> {
+    Ok(tx.query_row(
+        "select server_url, tenant_slug, user_email from sync_state where id = 1",
+        [],
+        |r| {
+            Ok(match (r.get(0)?, r.get(1)?, r.get(2)?) {
+                (Some(a), Some(b), Some(c)) => Some((a, b, c)),
+                _ => None,
+            })
+        },
+    )?)
+}
+
+/// Forgets the signed-in user (the mirrors and pending acts stay).
+pub fn clear_profile(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute(
+        "update sync_state set user_id = null, online = null where id = 1",
+        [],
+    )?;
+    Ok(())
+}
+
+pub fn set_cursor(tx: &Transaction<'_>, cursor: &str, at: i64) -> StoreResult<()> {
+    tx.execute(
+        "update sync_state set cursor = ?1, last_pull_at = ?2 where id = 1",
+        params![cursor, at],
+    )?;
+    Ok(())
+}
+
+pub fn pushed(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
+    tx.execute(
+        "update sync_state set last_push_at = ?1 where id = 1",
+        params![at],
+    )?;
+    Ok(())
+}
+
+/// A pass reached the server and finished: the backoff resets.
+pub fn succeeded(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
+    tx.execute(
+        "update sync_state set last_synced_at = ?1, failures = 0, next_attempt_at = null,
+                last_error = null, online = 1
+          where id = 1",
+        params![at],
+    )?;
+    Ok(())
+}
+
+/// A pass could not reach the server (or it answered 5xx): the next automatic
+/// attempt waits. `delay_ms` maps the new consecutive-failure count (1 for the
+/// first) to the wait. Returns when the next attempt is due.
+pub fn failed(
+    tx: &Transaction<'_>,
+    error: &str,
+    offline: bool,
+    now: i64,
+    delay_ms: impl FnOnce(u32) -> i64,
+) -> StoreResult<i64> {
+    let failures: u32 = tx.query_row(
+        "update sync_state set failures = failures + 1, last_error = ?1,
+                online = case when ?2 then 0 else online end
+          where id = 1 returning failures",
+        params![error, offline],
+        |r| r.get(0),
+    )?;
+    let next = now.saturating_add(delay_ms(failures));
+    tx.execute(
+        "update sync_state set next_attempt_at = ?1 where id = 1",
+        params![next],
+    )?;
+    Ok(next)
+}
+
+/// Connectivity came back (the stream connected): retry at once.
+pub fn reset_backoff(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.execute(
+        "update sync_state set failures = 0, next_attempt_at = null, online = 1 where id = 1",
+        [],
+    )?;
+    Ok(())
+}

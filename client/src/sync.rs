@@ -1,0 +1,639 @@
+//! The sync loop: push pending acts in order through `POST /v1/sync/push`,
+//! then pull with the stored cursor; react to `/v1/sync/stream` pokes; back
+//! off with full jitter on network errors and 5xx (honouring Retry-After);
+//! retry at once when connectivity returns.
+//!
+//! Exactly once, in order, across crashes: a pending row is deleted only in
+//! the transaction that records the server's answer to it, and a row is sent
+//! only when every earlier row of its order is settled (sent and answered in
+//! this batch, or done). A crash anywhere re-sends the same keys, which the
+//! server replays; the batch answers `blocked_by_earlier` for a later act on
+//! an order whose earlier act failed, so order holds within a batch too.
+//!
+//! Per-document head-of-line blocking: a conflict or a rejection holds only
+//! its own order's later acts; every other order keeps syncing.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::Duration;
+
+use holdfast_protocol::backoff::full_jitter_ms;
+use holdfast_protocol::model::{
+    AllocationResult, Customer, Invoice, Order, PushItem, PushResponse, Sku,
+};
+use holdfast_protocol::problem::ProblemCode;
+use rusqlite::Transaction;
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::act::Act;
+use crate::api::{Api, ApiError, PullPage, SseParser};
+use crate::engine::{problem_of, Engine, EngineEvent, Error, Result};
+use crate::store::pending::{self, Row, Status};
+use crate::store::{
+    conflicts, customers, invoices, now_ms, orders, rejections, skus, sync_state, StoreError,
+    SyncLock,
+};
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Acts the server accepted (or had already accepted: replays).
+    pub applied: usize,
+    /// Of those, answers replayed from the idempotency key: the act had run
+    /// before but its answer never arrived (a lost response, a crash).
+    pub replayed: usize,
+    pub conflicts: usize,
+    pub rejections: usize,
+    /// Acts left to retry later (request in flight, a 5xx on the item).
+    pub retrying: usize,
+    /// Documents the pull brought.
+    pub pulled: usize,
+    pub pushes: usize,
+}
+
+/// How one push result is handled.
+enum Outcome {
+    Applied,
+    Conflict,
+    Rejected,
+    Retry,
+}
+
+fn jitter(engine: &Engine, attempt: u32) -> i64 {
+    let c = engine.config();
+    full_jitter_ms(
+        attempt,
+        c.backoff_base_ms,
+        c.backoff_cap_ms,
+        rand::random::<f64>(),
+    ) as i64
+}
+
+impl Engine {
+    /// Takes the store's sync lock: waits for a pass of this process, fails
+    /// with [`Error::Busy`] if another process is syncing.
+    async fn lock_sync(&self) -> Result<(tokio::sync::MutexGuard<'_, ()>, SyncLock)> {
+        let gate = self.inner.sync_gate.lock().await;
+        match self.inner.store.try_sync_lock()? {
+            Some(lock) => Ok((gate, lock)),
+            None => Err(Error::Busy),
+        }
+    }
+
+    /// One pass: push everything that may go, then pull until caught up.
+    /// Ignores the store-wide backoff (this is "sync now"); per-act retry
+    /// times (Retry-After of a request still in flight) are respected.
+    pub async fn sync_once(&self) -> Result<SyncReport> {
+        let _lock = self.lock_sync().await?;
+        let api = self.api()?;
+        let mut report = SyncReport::default();
+        let result = async {
+            self.push_locked(&api, &mut report).await?;
+            self.pull_locked(&api, &mut report).await
+        }
+        .await;
+        self.finish_pass(result, report)
+    }
+
+    /// Push only (tests and the CLI's `sync --push-only`).
+    pub async fn push(&self) -> Result<SyncReport> {
+        let _lock = self.lock_sync().await?;
+        let api = self.api()?;
+        let mut report = SyncReport::default();
+        let result = self.push_locked(&api, &mut report).await;
+        self.finish_pass(result, report)
+    }
+
+    /// Pull only: brings the server's documents, never touches pending acts.
+    pub async fn pull(&self) -> Result<SyncReport> {
+        let _lock = self.lock_sync().await?;
+        let api = self.api()?;
+        let mut report = SyncReport::default();
+        let result = self.pull_locked(&api, &mut report).await;
+        self.finish_pass(result, report)
+    }
+
+    fn finish_pass(&self, result: Result<()>, report: SyncReport) -> Result<SyncReport> {
+        let now = now_ms();
+        match result {
+            Ok(()) => {
+                self.inner
+                    .store
+                    .write(|tx| sync_state::succeeded(tx, now))?;
+                self.emit(EngineEvent::SyncFinished(report.clone()));
+                if report.applied + report.conflicts + report.rejections + report.pulled > 0 {
+                    self.emit(EngineEvent::Changed);
+                }
+                Ok(report)
+            }
+            Err(Error::Api(e)) if e.is_unauthorized() => {
+                let msg = Error::Unauthorized.to_string();
+                self.inner
+                    .store
+                    .write(|tx| sync_state::failed(tx, &msg, false, now, |_| 0).map(|_| ()))?;
+                self.emit(EngineEvent::SyncFailed {
+                    error: msg,
+                    offline: false,
+                    next_attempt_at: None,
+                });
+                Err(Error::Unauthorized)
+            }
+            Err(Error::Api(e)) => {
+                let offline = e.is_offline();
+                let retry_after = e.retry_after().map(|d| d.as_millis() as i64);
+                let cap = self.config().backoff_cap_ms as i64;
+                let next = self.inner.store.write(|tx| {
+                    sync_state::failed(tx, &e.to_string(), offline, now, |failures| {
+                        // Retry-After is the server's word, within our cap.
+                        retry_after
+                            .map(|r| r.min(cap))
+                            .unwrap_or_else(|| jitter(self, failures.saturating_sub(1)))
+                    })
+                })?;
+                self.emit(EngineEvent::SyncFailed {
+                    error: e.to_string(),
+                    offline,
+                    next_attempt_at: Some(next),
+                });
+                if report.applied + report.conflicts + report.rejections > 0 {
+                    self.emit(EngineEvent::Changed);
+                }
+                Err(Error::Api(e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next rows to send: in the user's order, skipping every order that
+    /// has an earlier row not being sent now (held, or waiting to retry).
+    fn next_batch(&self, now: i64) -> Result<Vec<Row>> {
+        let rows = self.inner.store.read(pending::all)?;
+        let config = self.config();
+        let mut blocked: HashSet<Uuid> = HashSet::new();
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        for row in rows {
+            if blocked.contains(&row.order_id) {
+                continue;
+            }
+            if row.status != Status::Queued || row.next_attempt_at > now {
+                blocked.insert(row.order_id);
+                continue;
+            }
+            let size = row.request.path.len() + row.request.body.to_string().len() + 128;
+            if batch.len() >= config.batch_size.clamp(1, 500)
+                || (!batch.is_empty() && bytes + size > config.batch_bytes)
+            {
+                break;
+            }
+            bytes += size;
+            batch.push(row);
+        }
+        Ok(batch)
+    }
+
+    async fn push_locked(&self, api: &Api, report: &mut SyncReport) -> Result<()> {
+        loop {
+            let now = now_ms();
+            let batch = self.next_batch(now)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let items: Vec<PushItem> = batch
+                .iter()
+                .map(|r| PushItem {
+                    idempotency_key: r.key.clone(),
+                    method: r.request.method.clone(),
+                    path: r.request.path.clone(),
+                    body: r.request.body.clone(),
+                })
+                .collect();
+            report.pushes += 1;
+            let resp = match api.push(items).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    if !e.is_unauthorized() {
+                        let msg = e.to_string();
+                        self.inner.store.write(|tx| {
+                            for row in &batch {
+                                // Attempt counted; the store-wide backoff decides when.
+                                pending::retry_later(tx, row.seq, &msg, row.next_attempt_at)?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    return Err(e.into());
+                }
+            };
+            if resp.results.len() != batch.len()
+                || resp
+                    .results
+                    .iter()
+                    .zip(&batch)
+                    .any(|(res, row)| res.idempotency_key != row.key)
+            {
+                return Err(ApiError::Decode(
+                    "push answered a different set of mutations than was sent".into(),
+                )
+                .into());
+            }
+            let settled = self.record_results(&batch, &resp, report)?;
+            tracing::info!(items = batch.len(), settled, "pushed a batch");
+            if settled == 0 {
+                // Nothing moved (every item must wait): don't spin.
+                return Ok(());
+            }
+        }
+    }
+
+    /// Records every answer of one push in one transaction. Returns how many
+    /// rows settled (applied, conflict, rejection).
+    fn record_results(
+        &self,
+        batch: &[Row],
+        resp: &PushResponse,
+        report: &mut SyncReport,
+    ) -> Result<usize> {
+        let now = now_ms();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        self.inner.store.write(|tx| {
+            outcomes.clear();
+            for (row, res) in batch.iter().zip(&resp.results) {
+                outcomes.push(record_one(self, tx, row, res.status, &res.body, now)?);
+            }
+            sync_state::pushed(tx, now)?;
+            Ok(())
+        })?;
+        let replayed = batch
+            .iter()
+            .zip(&resp.results)
+            .filter(|(_, r)| r.replayed && (200..300).contains(&r.status))
+            .count();
+        report.replayed += replayed;
+        let (mut applied, mut conflicts, mut rejected) = (0, 0, 0);
+        for o in outcomes {
+            match o {
+                Outcome::Applied => applied += 1,
+                Outcome::Conflict => conflicts += 1,
+                Outcome::Rejected => rejected += 1,
+                Outcome::Retry => report.retrying += 1,
+            }
+        }
+        report.applied += applied;
+        report.conflicts += conflicts;
+        report.rejections += rejected;
+        self.emit(EngineEvent::Pushed {
+            applied,
+            conflicts,
+            rejections: rejected,
+            replayed,
+        });
+        let settled = applied + conflicts + rejected;
+        Ok(settled)
+    }
+
+    async fn pull_locked(&self, api: &Api, report: &mut SyncReport) -> Result<()> {
+        loop {
+            let cursor = self.inner.store.read(sync_state::get)?.cursor;
+            let page: PullPage = api
+                .pull(cursor.as_deref(), self.config().pull_limit)
+                .await?;
+            let now = now_ms();
+            self.inner.store.write(|tx| {
+                for change in &page.changes {
+                    apply_change(tx, change)?;
+                }
+                sync_state::set_cursor(tx, &page.cursor, now)
+            })?;
+            report.pulled += page.changes.len();
+            tracing::info!(changes = page.changes.len(), "pulled a page");
+            if !page.has_more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Keeps this store in sync until `shutdown` resolves: a pass whenever
+    /// the stream pokes, the user acts (here or in another process), a retry
+    /// falls due, or connectivity returns; backing off while the server is
+    /// unreachable.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let stream = tokio::spawn(stream_task(self.clone()));
+        let result = self.run_passes(shutdown).await;
+        stream.abort();
+        result
+    }
+
+    async fn run_passes(&self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        tokio::pin!(shutdown);
+        let mut seen_version = self.inner.store.data_version()?;
+        // `force`: sync now even while backing off (a poke, connectivity
+        // back, "Sync now"). `want`: sync as soon as the backoff allows.
+        let (mut force, mut want) = (true, true);
+        loop {
+            let now = now_ms();
+            let state = self.inner.store.read(sync_state::get)?;
+            let backing_off = state.next_attempt_at.is_some_and(|t| t > now);
+            if force || (want && !backing_off) {
+                want = match self.sync_once().await {
+                    Ok(_) => false,
+                    Err(Error::Unauthorized) => return Err(Error::Unauthorized),
+                    Err(Error::NotSignedIn) => return Err(Error::NotSignedIn),
+                    // Another process is syncing: look again shortly.
+                    Err(Error::Busy) => true,
+                    Err(e) => {
+                        if !e.is_offline() {
+                            tracing::warn!(error = %e, "sync pass failed");
+                        }
+                        true
+                    }
+                };
+                force = false;
+            }
+            let wait = self.next_wake()?;
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = self.inner.wake_now.notified() => force = true,
+                _ = self.inner.wake_local.notified() => want = true,
+                _ = tokio::time::sleep(wait) => want = true,
+                _ = tokio::time::sleep(self.config().local_poll) => {
+                    // Another process may have queued acts: SQLite tells us
+                    // by bumping data_version.
+                    let v = self.inner.store.data_version()?;
+                    if v != seen_version {
+                        seen_version = v;
+                        want = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// How long the loop may sleep: until the store-wide backoff ends or the
+    /// earliest act waiting to retry falls due (at most `poll_interval`).
+    fn next_wake(&self) -> Result<Duration> {
+        let now = now_ms();
+        let (state, rows) = self
+            .inner
+            .store
+            .read(|tx| Ok((sync_state::get(tx)?, pending::all(tx)?)))?;
+        let mut at = now + self.config().poll_interval.as_millis() as i64;
+        if let Some(t) = state.next_attempt_at {
+            at = at.min(t);
+        }
+        if let Some(t) = rows
+            .iter()
+            .filter(|r| r.status == Status::Queued)
+            .map(|r| r.next_attempt_at)
+            .min()
+        {
+            if state.next_attempt_at.is_none_or(|b| b <= now) {
+                at = at.min(t);
+            }
+        }
+        Ok(Duration::from_millis((at - now).max(0) as u64))
+    }
+
+    /// Connectivity is back (the stream connected): forget the backoff and
+    /// sync now.
+    pub fn connectivity_returned(&self) -> Result<()> {
+        self.inner.store.write(sync_state::reset_backoff)?;
+        self.sync_soon();
+        Ok(())
+    }
+}
+
+/// Records the server's answer to one pending row.
+fn record_one(
+    engine: &Engine,
+    tx: &Transaction<'_>,
+    row: &Row,
+    status: u16,
+    body: &Value,
+    now: i64,
+) -> Result<Outcome, StoreError> {
+    if (200..300).contains(&status) {
+        apply_success(tx, row, body)?;
+        pending::delete(tx, row.seq)?;
+        return Ok(Outcome::Applied);
+    }
+    let problem = problem_of(status, body);
+    let retry_in = |attempts: i64| jitter(engine, attempts.clamp(0, 30) as u32);
+    match (status, problem.code) {
+        (409, ProblemCode::VersionConflict) => {
+            let current: Option<Order> = problem
+                .extension("current")
+                .and_then(|c| serde_json::from_value(c.clone()).ok());
+            let Some(current) = current else {
+                pending::set_status(tx, row.seq, Status::Rejected, "conflict without a document")?;
+                rejections::open(tx, row.seq, row.order_id, &row.key, &problem, now)?;
+                return Ok(Outcome::Rejected);
+            };
+            orders::upsert(tx, &current)?;
+            if matches!(row.act, Act::CreateOrder { .. }) {
+                // Ids are minted here (v7) and never reused: an order with
+                // this id is the one this act created, on an earlier attempt
+                // whose answer was lost and whose key has since expired.
+                pending::delete(tx, row.seq)?;
+                return Ok(Outcome::Applied);
+            }
+            pending::set_status(tx, row.seq, Status::Conflict, "version conflict")?;
+            conflicts::open(
+                tx,
+                &conflicts::Record {
+                    order_id: row.order_id,
+                    pending_seq: row.seq,
+                    key: row.key.clone(),
+                    your_base_version: problem
+                        .extension("your_base_version")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(row.base_version),
+                    base_doc: row.base_doc.clone(),
+                    theirs: current,
+                    detected_at: now,
+                },
+            )?;
+            Ok(Outcome::Conflict)
+        }
+        // Not run: an earlier act on this order in the batch did not
+        // succeed. Its own outcome now holds this one (or it retries first).
+        (424, _) => {
+            pending::retry_later(tx, row.seq, "waiting for an earlier act on this order", now)?;
+            Ok(Outcome::Retry)
+        }
+        (409, ProblemCode::RequestInFlight) | (429, _) => {
+            let after = problem
+                .extension("retry_after")
+                .and_then(Value::as_i64)
+                .map(|s| s * 1000)
+                .unwrap_or_else(|| retry_in(row.attempts));
+            pending::retry_later(tx, row.seq, &detail(&problem), now + after)?;
+            Ok(Outcome::Retry)
+        }
+        (s, _) if s >= 500 => {
+            pending::retry_later(tx, row.seq, &detail(&problem), now + retry_in(row.attempts))?;
+            Ok(Outcome::Retry)
+        }
+        (401, _) => {
+            // Cannot happen per item (auth is per request); retry after login.
+            pending::retry_later(tx, row.seq, &detail(&problem), now)?;
+            Ok(Outcome::Retry)
+        }
+        // Business rejections (422) and requests the server calls wrong
+        // (400, 403, 404, 413, idempotency_key_reused): a bug or a fact the
+        // user must see. Never dropped silently.
+        _ => {
+            pending::set_status(tx, row.seq, Status::Rejected, &detail(&problem))?;
+            rejections::open(tx, row.seq, row.order_id, &row.key, &problem, now)?;
+            Ok(Outcome::Rejected)
+        }
+    }
+}
+
+fn detail(p: &holdfast_protocol::problem::Problem) -> String {
+    format!(
+        "{} {}: {}",
+        p.status,
+        p.code,
+        p.detail.as_deref().unwrap_or(&p.title)
+    )
+}
+
+/// A 2xx: the returned document is the server's state after the act. The
+/// act happened whatever the body says, so a body we cannot read is logged
+/// and left to the next pull, never a reason to send the act again.
+fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<(), StoreError> {
+    let unreadable = |e: serde_json::Error| {
+        tracing::warn!(key = %row.key, error = %e, "applied, but the answer is unreadable");
+    };
+    match &row.act {
+        Act::Allocate { line_id, .. } | Act::Release { line_id, .. } => {
+            match serde_json::from_value::<AllocationResult>(body.clone()) {
+                Ok(r) => {
+                    if orders::upsert(tx, &r.order)? {
+                        if let Some(line) = r.order.lines.iter().find(|l| l.id == *line_id) {
+                            skus::set_ats(tx, line.sku_id, r.ats_after)?;
+                        }
+                    }
+                }
+                Err(e) => unreadable(e),
+            }
+        }
+        _ => match serde_json::from_value::<Order>(body.clone()) {
+            Ok(order) => {
+                orders::upsert(tx, &order)?;
+            }
+            Err(e) => unreadable(e),
+        },
+    }
+    Ok(())
+}
+
+/// One change of the pull feed into the mirrors. Pending acts are untouched:
+/// their bases stay what the user saw (see [`crate::engine`]).
+fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<(), StoreError> {
+    let Some(data) = &change.data else {
+        match change.kind.as_str() {
+            "order" => orders::delete(tx, change.id)?,
+            "sku" => skus::delete(tx, change.id)?,
+            "customer" => customers::delete(tx, change.id)?,
+            "invoice" => invoices::delete(tx, change.id)?,
+            _ => {}
+        }
+        return Ok(());
+    };
+    // A document this build cannot read is skipped with a warning rather
+    // than failing the page: a stuck feed would stop every other document.
+    fn read<T: serde::de::DeserializeOwned>(
+        change: &crate::api::RawChange,
+        data: &Value,
+    ) -> Option<T> {
+        serde_json::from_value(data.clone())
+            .map_err(|e| {
+                tracing::warn!(kind = %change.kind, id = %change.id, error = %e,
+                    "skipping a pulled document this build cannot read");
+            })
+            .ok()
+    }
+    match change.kind.as_str() {
+        "order" => {
+            if let Some(o) = read::<Order>(change, data) {
+                orders::upsert(tx, &o)?;
+                conflicts::refresh_theirs(tx, &o)?;
+            }
+        }
+        "sku" => {
+            if let Some(s) = read::<Sku>(change, data) {
+                skus::upsert(tx, &s, change.version)?;
+            }
+        }
+        "customer" => {
+            if let Some(c) = read::<Customer>(change, data) {
+                customers::upsert(tx, &c, change.version)?;
+            }
+        }
+        "invoice" => {
+            if let Some(i) = read::<Invoice>(change, data) {
+                invoices::upsert(tx, &i, change.version)?;
+            }
+        }
+        other => tracing::debug!(kind = other, "skipping a change of an unknown kind"),
+    }
+    Ok(())
+}
+
+/// Listens to `/v1/sync/stream` for as long as the engine runs: every
+/// `changed` event wakes the loop; a (re)connection after a failure means
+/// connectivity returned, so the loop retries at once.
+async fn stream_task(engine: Engine) {
+    let mut failures: u32 = 0;
+    loop {
+        let result: Result<(), Error> = async {
+            let api = engine.api()?;
+            let mut resp = api.stream().await?;
+            // Connected: everything that failed for want of a network may go.
+            engine.connectivity_returned()?;
+            engine.emit(EngineEvent::StreamConnected);
+            failures = 0;
+            let mut parser = SseParser::default();
+            loop {
+                let chunk = resp
+                    .chunk()
+                    .await
+                    .map_err(|e| Error::Api(ApiError::Network(format!("stream: {e}"))))?;
+                let Some(chunk) = chunk else {
+                    return Err(Error::Api(ApiError::Network("stream ended".into())));
+                };
+                for event in parser.feed(&chunk) {
+                    if event.event == "changed" {
+                        engine.sync_soon();
+                    }
+                }
+            }
+        }
+        .await;
+        let e: Error = match result {
+            Ok(()) => continue,
+            Err(e) => e,
+        };
+        if matches!(e, Error::NotSignedIn | Error::Unauthorized)
+            || matches!(&e, Error::Api(a) if a.is_unauthorized())
+        {
+            return;
+        }
+        engine.emit(EngineEvent::StreamLost {
+            error: e.to_string(),
+        });
+        let c = engine.config();
+        let wait = full_jitter_ms(
+            failures,
+            c.stream_retry_base_ms,
+            c.stream_retry_cap_ms,
+            rand::random::<f64>(),
+        );
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
