@@ -1,0 +1,465 @@
+/**
+ * The one interface between the UI and Rust.
+ *
+ * Every screen talks to a {@link Backend}. There are two implementations:
+ * - {@link createTauriBackend} (this file): `invoke` + `listen` from
+ *   `@tauri-apps/api`, over the src-tauri shell, which forwards each command
+ *   to one `holdfast_client::Engine` call and each engine event to a Tauri
+ *   event. Used inside the desktop app.
+ * - `MockBackend` (`./mock.ts`): an in-memory engine and server, used by the
+ *   Vitest suite and by `npm run dev` in a plain browser.
+ *
+ * # The contract with src-tauri (names are exact)
+ *
+ * Commands are `#[tauri::command]` functions with these names. Argument keys
+ * are camelCase on this side; Tauri 2 maps them to the snake_case Rust
+ * parameter names by default (`orderId` → `order_id`), so do not put
+ * `rename_all` on the commands. Nested objects (`header`, `set`,
+ * `resolution`, `choice`) pass through serde unchanged, snake_case inside.
+ * Return values are the engine's own `Serialize` output.
+ *
+ * | command             | args                                                               | returns                      | engine call |
+ * | ------------------- | ------------------------------------------------------------------ | ---------------------------- | ----------- |
+ * | `sign_in`           | `serverUrl, tenant, email, password, deviceName: string\|null, discardPending: bool` | `Profile`     | `login` (device name: the host name when null) |
+ * | `sign_out`          | —                                                                  | `bool` (server revoked it)   | `logout` |
+ * | `get_profile`       | —                                                                  | `Profile \| null`            | `profile` |
+ * | `get_status`        | —                                                                  | `SyncStatus`                 | `status` |
+ * | `sync_now`          | —                                                                  | `null`                       | `connectivity_returned` (forgets the backoff, wakes the loop) |
+ * | `list_orders`       | —                                                                  | `OrderView[]`                | `orders` |
+ * | `get_order`         | `orderId`                                                          | `OrderView \| null`          | `order` |
+ * | `create_order`      | `header: NewOrder`                                                 | `string` (the new order id)  | `create_order` |
+ * | `edit_order`        | `orderId, set: OrderHeaderSet`                                     | `string` (idempotency key)   | `edit_order` |
+ * | `add_line`          | `orderId, skuId, qtyOrdered`                                       | `string` (the new line id)   | `add_line` |
+ * | `change_line`       | `orderId, lineId, qtyOrdered`                                      | `string` (key)               | `change_line` |
+ * | `remove_line`       | `orderId, lineId`                                                  | `string` (key)               | `remove_line` |
+ * | `allocate`          | `orderId, lineId, qty`                                             | `string` (key)               | `allocate` |
+ * | `release`           | `orderId, lineId, qty`                                             | `string` (key)               | `release` |
+ * | `confirm_order`     | `orderId`                                                          | `string` (key)               | `confirm` |
+ * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
+ * | `search_skus`       | `q, limit`                                                         | `SkuView[]`                  | `skus` |
+ * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
+ * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
+ * | `list_conflicts`    | —                                                                  | `ConflictView[]`             | `conflicts` |
+ * | `get_conflict`      | `orderId`                                                          | `ConflictView \| null`       | `conflict` |
+ * | `resolve_conflict`  | `orderId, resolution: Resolution`                                  | `null`                       | `resolve_conflict` |
+ * | `list_rejections`   | —                                                                  | `RejectionView[]`            | `rejections` |
+ * | `resolve_rejection` | `id, choice: RejectionChoice`                                      | `null`                       | `resolve_rejection` |
+ * | `list_pending`      | —                                                                  | `[orderId, PendingMark][]`   | `pending` |
+ *
+ * A failing command rejects with a {@link BackendError}
+ * `{"kind", "message", "code"?}` (see there for the mapping from
+ * `holdfast_client::Error`).
+ *
+ * Events (emitted to the main window with `Emitter::emit`):
+ *
+ * | event                  | payload      | when |
+ * | ---------------------- | ------------ | ---- |
+ * | `holdfast:changed`     | `null`       | on `EngineEvent::Changed` (an act, a resolution, a pull that brought something) |
+ * | `holdfast:sync-status` | `SyncStatus` | after every engine event, whatever its variant (`changed`, `sync_finished`, `pushed`, `sync_failed`, `stream_connected`, `stream_lost`, …): the shell calls `Engine::status()` and sends it |
+ *
+ * Screens refetch what they show on `holdfast:changed` (debounced ~100 ms),
+ * so ATS and order changes from other desks appear within a second.
+ */
+import { invoke } from '@tauri-apps/api/core';
+import { listen } from '@tauri-apps/api/event';
+
+// ---------------------------------------------------------------- documents (API.md)
+
+export type Uuid = string;
+/** `YYYY-MM-DD`. */
+export type IsoDate = string;
+/** RFC 3339 UTC. */
+export type Timestamp = string;
+
+export type OrderStatus = 'draft' | 'confirmed' | 'cancelled';
+
+export interface Line {
+  id: Uuid;
+  sku_id: Uuid;
+  qty_ordered: number;
+  qty_allocated: number;
+}
+
+export interface Order {
+  id: Uuid;
+  customer_id: Uuid;
+  customer_po: string | null;
+  ship_window_start: IsoDate | null;
+  ship_window_end: IsoDate | null;
+  notes: string | null;
+  status: OrderStatus;
+  version: number;
+  invoice_id: Uuid | null;
+  lines: Line[];
+  updated_at: Timestamp;
+  updated_by: Uuid;
+  updated_by_name: string;
+  created_at: Timestamp;
+}
+
+export interface Sku {
+  id: Uuid;
+  style: string;
+  color: string;
+  size: string;
+  /** Minor units (cents). */
+  wholesale_price: number;
+  msrp: number;
+  on_hand: number;
+  on_order: number;
+  allocated: number;
+  /** on_hand + on_order − allocated, as the server last said. */
+  ats: number;
+}
+
+export interface Customer {
+  id: Uuid;
+  name: string;
+  /** Minor units; null = no limit. */
+  credit_limit: number | null;
+}
+
+// ---------------------------------------------------------------- engine views (client/src/view.rs, engine.rs, conflict.rs)
+
+/** `view::SkuView`: the SKU (flattened) plus what the user's pending acts do to it. */
+export interface SkuView extends Sku {
+  /** ATS after this desk's pending allocations: what the user can still promise. */
+  ats_local: number;
+  /** Net units the pending acts allocate (negative: release). */
+  pending_allocation: number;
+}
+
+/** `view::Badge`. */
+export type Badge = 'synced' | 'pending' | 'conflict' | 'rejected';
+
+/** `store::pending::Status`. */
+export type PendingStatus = 'queued' | 'conflict' | 'rejected';
+
+/** `view::PendingMark`: one act not yet on the server. */
+export interface PendingMark {
+  seq: number;
+  idempotency_key: string;
+  /** `create_order`, `edit_order`, `add_line`, `change_line`, `remove_line`, `allocate`, `release`, `confirm`, `cancel`. */
+  kind: string;
+  description: string;
+  status: PendingStatus;
+  attempts: number;
+  last_error: string | null;
+  /** Unix milliseconds. */
+  created_at: number;
+}
+
+/** `view::OrderView`: the server's order with the pending acts applied. */
+export interface OrderView {
+  order: Order;
+  /** The version the server last told us; null: the server has not seen it yet. */
+  server_version: number | null;
+  badge: Badge;
+  pending: PendingMark[];
+  /** Fields the pending acts touch: `notes`, `status`, `line:<id>`, … */
+  pending_fields: string[];
+}
+
+/** `store::sync_state::Profile`. */
+export interface Profile {
+  server_url: string;
+  tenant_slug: string;
+  tenant_name: string;
+  user_id: Uuid;
+  user_email: string;
+  user_name: string;
+  device_name: string;
+}
+
+/** `engine::Status`: the sync status line. */
+export interface SyncStatus {
+  store: string;
+  signed_in: Profile | null;
+  token_store: string;
+  /** Whether the last pass reached the server; null: no pass yet. */
+  online: boolean | null;
+  pending: number;
+  oldest_pending_at: Timestamp | null;
+  oldest_pending_age_secs: number | null;
+  last_synced_at: Timestamp | null;
+  conflicts: number;
+  rejections: number;
+  next_attempt_at: Timestamp | null;
+  last_error: string | null;
+}
+
+/** `conflict::FieldDiff`. Values are JSON: a header field's value, or for
+ * `line:<id>` `{"sku_id","qty_ordered","qty_allocated"}` or null (absent). */
+export interface FieldDiff {
+  field: string;
+  base: unknown;
+  mine: unknown;
+  theirs: unknown;
+  mine_changed: boolean;
+  theirs_changed: boolean;
+  /** Both changed it differently, or it is a quantity both touched. */
+  collides: boolean;
+  quantity: boolean;
+}
+
+/** `conflict::ConflictView`. */
+export interface ConflictView {
+  order_id: Uuid;
+  /** Who changed the order on the server, and when. */
+  changed_by: string;
+  changed_at: Timestamp;
+  your_base_version: number;
+  current_version: number;
+  fields: FieldDiff[];
+  /** Nothing collides: re-issuing my changes on theirs keeps both. */
+  can_rebase: boolean;
+  /** How many of the user's acts on this order wait for the resolution. */
+  held: number;
+  base: Order;
+  mine: Order;
+  theirs: Order;
+}
+
+/** `conflict::Choice`. */
+export type Choice = 'mine' | 'theirs';
+
+/** `conflict::Resolution` (serde, externally tagged, snake_case). */
+export type Resolution = 'rebase' | 'discard_mine' | { choose: Record<string, Choice> };
+
+/** `engine::RejectionChoice` (serde, tag = "choice"). */
+export type RejectionChoice =
+  | { choice: 'reduce_to_ats'; qty: number }
+  | { choice: 'remove_line' }
+  | { choice: 'try_again' }
+  | { choice: 'dismiss' };
+
+/** `engine::RejectionView`: an act the server refused, with its facts and choices. */
+export interface RejectionView {
+  id: number;
+  order_id: Uuid;
+  idempotency_key: string;
+  /** The act, described. */
+  act: string;
+  kind: string;
+  http_status: number;
+  /** The API.md problem code: `insufficient_ats`, `over_allocation`, `invalid_state`, … */
+  code: string;
+  detail: string | null;
+  /** Problem extension members (`ats_available`, `requested`, …) plus
+   * `ats_now` (the SKU's ATS as last pulled) and `sku_id` for allocations. */
+  facts: Record<string, unknown>;
+  choices: RejectionChoice[];
+  /** Unix milliseconds. */
+  created_at: number;
+}
+
+/** `engine::pending()`: `(order_id, mark)` tuples, in queue order. */
+export type PendingEntry = [Uuid, PendingMark];
+
+// ---------------------------------------------------------------- arguments
+
+export interface SignInArgs {
+  serverUrl: string;
+  tenant: string;
+  email: string;
+  password: string;
+  /** Null: the shell uses the machine's host name. */
+  deviceName: string | null;
+  /** Drop a previous user's unsent acts (the engine refuses otherwise). */
+  discardPending: boolean;
+}
+
+/** `engine::NewOrder`. */
+export interface NewOrder {
+  customer_id: Uuid;
+  customer_po: string | null;
+  ship_window_start: IsoDate | null;
+  ship_window_end: IsoDate | null;
+  notes: string | null;
+}
+
+/** `protocol::model::OrderHeaderSet`: absent = unchanged, null = cleared. */
+export interface OrderHeaderSet {
+  customer_id?: Uuid;
+  customer_po?: string | null;
+  ship_window_start?: IsoDate | null;
+  ship_window_end?: IsoDate | null;
+  notes?: string | null;
+}
+
+// ---------------------------------------------------------------- errors
+
+/**
+ * What a failed command rejects with. The shell maps `holdfast_client::Error`:
+ * `Api(e) if e.is_transient()` → `offline`; `NotSignedIn` → `not_signed_in`;
+ * `Unauthorized` (and a 401 on sign-in) → `unauthorized`; `Busy` → `busy`;
+ * `NotFound` → `not_found`; `Invalid` → `invalid`; `Resolve` → `resolve`;
+ * anything else → `internal`. `message` is the error's Display text, for
+ * people; `code` is the API.md problem code when the server sent one.
+ */
+export interface BackendError {
+  kind:
+    | 'offline'
+    | 'not_signed_in'
+    | 'unauthorized'
+    | 'busy'
+    | 'not_found'
+    | 'invalid'
+    | 'resolve'
+    | 'internal';
+  message: string;
+  code?: string;
+}
+
+/** Turns whatever a command threw into a {@link BackendError}. */
+export function toBackendError(e: unknown): BackendError {
+  if (e && typeof e === 'object' && 'message' in e && 'kind' in e) {
+    return e as BackendError;
+  }
+  if (typeof e === 'string') return { kind: 'internal', message: e };
+  if (e instanceof Error) return { kind: 'internal', message: e.message };
+  return { kind: 'internal', message: String(e) };
+}
+
+/** A human sentence for an error. */
+export function errorText(e: unknown): string {
+  return toBackendError(e).message;
+}
+
+// ---------------------------------------------------------------- events
+
+export const EVENTS = {
+  changed: 'holdfast:changed',
+  syncStatus: 'holdfast:sync-status',
+} as const;
+
+export interface EventPayloads {
+  changed: null;
+  syncStatus: SyncStatus;
+}
+
+export type EventName = keyof EventPayloads;
+export type Unsubscribe = () => void;
+
+// ---------------------------------------------------------------- the interface
+
+export interface Backend {
+  /** Which implementation this is (the UI shows a banner for the mock). */
+  readonly kind: 'tauri' | 'mock';
+
+  signIn(args: SignInArgs): Promise<Profile>;
+  signOut(): Promise<boolean>;
+  getProfile(): Promise<Profile | null>;
+  getStatus(): Promise<SyncStatus>;
+  syncNow(): Promise<void>;
+
+  listOrders(): Promise<OrderView[]>;
+  getOrder(orderId: Uuid): Promise<OrderView | null>;
+  createOrder(header: NewOrder): Promise<Uuid>;
+  editOrder(orderId: Uuid, set: OrderHeaderSet): Promise<string>;
+  addLine(orderId: Uuid, skuId: Uuid, qtyOrdered: number): Promise<Uuid>;
+  changeLine(orderId: Uuid, lineId: Uuid, qtyOrdered: number): Promise<string>;
+  removeLine(orderId: Uuid, lineId: Uuid): Promise<string>;
+  allocate(orderId: Uuid, lineId: Uuid, qty: number): Promise<string>;
+  release(orderId: Uuid, lineId: Uuid, qty: number): Promise<string>;
+  confirmOrder(orderId: Uuid): Promise<string>;
+  cancelOrder(orderId: Uuid): Promise<string>;
+
+  searchSkus(q: string, limit: number): Promise<SkuView[]>;
+  getSkus(skuIds: Uuid[]): Promise<SkuView[]>;
+  listCustomers(): Promise<Customer[]>;
+
+  listConflicts(): Promise<ConflictView[]>;
+  getConflict(orderId: Uuid): Promise<ConflictView | null>;
+  resolveConflict(orderId: Uuid, resolution: Resolution): Promise<void>;
+  listRejections(): Promise<RejectionView[]>;
+  resolveRejection(id: number, choice: RejectionChoice): Promise<void>;
+  listPending(): Promise<PendingEntry[]>;
+
+  /** Subscribes to an engine event; resolves to its unsubscribe function. */
+  on<E extends EventName>(event: E, handler: (payload: EventPayloads[E]) => void): Promise<Unsubscribe>;
+}
+
+// ---------------------------------------------------------------- Tauri implementation
+
+/** Command names, exactly as src-tauri registers them. */
+export const COMMANDS = {
+  signIn: 'sign_in',
+  signOut: 'sign_out',
+  getProfile: 'get_profile',
+  getStatus: 'get_status',
+  syncNow: 'sync_now',
+  listOrders: 'list_orders',
+  getOrder: 'get_order',
+  createOrder: 'create_order',
+  editOrder: 'edit_order',
+  addLine: 'add_line',
+  changeLine: 'change_line',
+  removeLine: 'remove_line',
+  allocate: 'allocate',
+  release: 'release',
+  confirmOrder: 'confirm_order',
+  cancelOrder: 'cancel_order',
+  searchSkus: 'search_skus',
+  getSkus: 'get_skus',
+  listCustomers: 'list_customers',
+  listConflicts: 'list_conflicts',
+  getConflict: 'get_conflict',
+  resolveConflict: 'resolve_conflict',
+  listRejections: 'list_rejections',
+  resolveRejection: 'resolve_rejection',
+  listPending: 'list_pending',
+} as const satisfies Record<Exclude<keyof Backend, 'kind' | 'on'>, string>;
+
+type Invoke = <T>(cmd: string, args?: Record<string, unknown>) => Promise<T>;
+type Listen = <T>(event: string, handler: (e: { payload: T }) => void) => Promise<() => void>;
+
+/**
+ * The desktop implementation. `invokeFn`/`listenFn` are injectable so the
+ * contract (names and argument keys) can be checked without a window.
+ */
+export function createTauriBackend(
+  invokeFn: Invoke = invoke as Invoke,
+  listenFn: Listen = listen as unknown as Listen,
+): Backend {
+  const call = async <T>(cmd: string, args?: Record<string, unknown>): Promise<T> => {
+    try {
+      return await invokeFn<T>(cmd, args);
+    } catch (e) {
+      throw toBackendError(e);
+    }
+  };
+  const C = COMMANDS;
+  return {
+    kind: 'tauri',
+    signIn: (a) => call(C.signIn, { ...a }),
+    signOut: () => call(C.signOut),
+    getProfile: () => call(C.getProfile),
+    getStatus: () => call(C.getStatus),
+    syncNow: () => call(C.syncNow),
+    listOrders: () => call(C.listOrders),
+    getOrder: (orderId) => call(C.getOrder, { orderId }),
+    createOrder: (header) => call(C.createOrder, { header }),
+    editOrder: (orderId, set) => call(C.editOrder, { orderId, set }),
+    addLine: (orderId, skuId, qtyOrdered) => call(C.addLine, { orderId, skuId, qtyOrdered }),
+    changeLine: (orderId, lineId, qtyOrdered) => call(C.changeLine, { orderId, lineId, qtyOrdered }),
+    removeLine: (orderId, lineId) => call(C.removeLine, { orderId, lineId }),
+    allocate: (orderId, lineId, qty) => call(C.allocate, { orderId, lineId, qty }),
+    release: (orderId, lineId, qty) => call(C.release, { orderId, lineId, qty }),
+    confirmOrder: (orderId) => call(C.confirmOrder, { orderId }),
+    cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
+    searchSkus: (q, limit) => call(C.searchSkus, { q, limit }),
+    getSkus: (skuIds) => call(C.getSkus, { skuIds }),
+    listCustomers: () => call(C.listCustomers),
+    listConflicts: () => call(C.listConflicts),
+    getConflict: (orderId) => call(C.getConflict, { orderId }),
+    resolveConflict: (orderId, resolution) => call(C.resolveConflict, { orderId, resolution }),
+    listRejections: () => call(C.listRejections),
+    resolveRejection: (id, choice) => call(C.resolveRejection, { id, choice }),
+    listPending: () => call(C.listPending),
+    on: async (event, handler) => {
+      const unlisten = await listenFn<never>(EVENTS[event], (e) => handler(e.payload));
+      return unlisten;
+    },
+  };
+}

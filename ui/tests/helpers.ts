@@ -1,0 +1,66 @@
+import { render, waitFor } from '@testing-library/svelte';
+import userEvent from '@testing-library/user-event';
+import App from '../src/App.svelte';
+import type { Backend } from '../src/lib/backend';
+import { contextMap } from '../src/lib/context';
+import { Live } from '../src/lib/live.svelte';
+import { MockBackend, type MockOptions } from '../src/lib/mock';
+
+/** A settable clock for ages ("40 s ago"). */
+export function fakeClock(start = Date.parse('2026-12-01T10:00:00Z')) {
+  let t = start;
+  const clock = () => t;
+  clock.advance = (ms: number) => {
+    t += ms;
+  };
+  return clock;
+}
+
+export function mockBackend(opts: MockOptions = {}) {
+  return new MockBackend({ seed: 'catalog', signedIn: true, ...opts });
+}
+
+export function renderApp(backend: Backend, clock?: () => number) {
+  const user = userEvent.setup();
+  const r = render(App, { props: { backend, ...(clock ? { clock } : {}) } });
+  return { user, ...r };
+}
+
+/** Renders one screen with the app context (no App around it). */
+export function renderScreen<P extends Record<string, unknown>>(
+  component: Parameters<typeof render>[0],
+  props: P,
+  backend: Backend,
+) {
+  const live = new Live(backend);
+  const user = userEvent.setup();
+  const r = render(component, { props, context: contextMap({ backend, live }) });
+  return { user, live, ...r };
+}
+
+export const focused = () => document.activeElement as HTMLElement | null;
+
+export async function waitFocus(el: Element) {
+  await waitFor(() => {
+    if (document.activeElement !== el) throw new Error(`focus is on ${describe(document.activeElement)}, not ${describe(el)}`);
+  });
+}
+
+function describe(el: Element | null): string {
+  if (!el) return 'nothing';
+  const id = el.id ? `#${el.id}` : '';
+  const label = el.getAttribute('aria-label') ?? '';
+  return `<${el.tagName.toLowerCase()}${id}${label ? ` "${label}"` : ''}>`;
+}
+
+export function sku(mock: MockBackend, style: string, color: string, size: string) {
+  const s = [...mock.server.skus.values()].find((x) => x.style === style && x.color === color && x.size === size);
+  if (!s) throw new Error(`no SKU ${style} ${color} ${size}`);
+  return s;
+}
+
+export function customer(mock: MockBackend, name: string) {
+  const c = mock.server.customers.find((x) => x.name === name);
+  if (!c) throw new Error(`no customer ${name}`);
+  return c;
+}
