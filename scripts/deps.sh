@@ -11,6 +11,12 @@ have_postgres() {
 missing=()
 have_postgres || missing+=(postgresql)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# The desktop app (src-tauri) and its headless end-to-end tests (e2e/).
+# xauth is only a Recommends of xvfb, and we install without those.
+for pkg in libwebkit2gtk-4.1-dev xvfb xauth webkit2gtk-driver; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
 if ((${#missing[@]})); then
     echo "deps: installing ${missing[*]}"
@@ -19,4 +25,10 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The UI's Node dependencies, exactly as package-lock.json pins them.
+if [ ! -d ui/node_modules ] || [ ui/package-lock.json -nt ui/node_modules ]; then
+    echo "deps: npm ci in ui/"
+    (cd "$(dirname "$0")/../ui" && npm ci --no-audit --no-fund)
 fi

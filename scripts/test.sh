@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The UI first: generate_context! embeds ui/dist when src-tauri compiles.
+echo "== ui"
+(cd ui && npm ci --no-audit --no-fund && npm test && npm run build)
+
 echo "== fmt"
 cargo fmt --all --check
 echo "== clippy"
@@ -28,3 +32,7 @@ fi
 
 echo "== tests"
 cargo test --locked --workspace
+
+# The built desktop app, headless, over WebDriver (scripts/e2e.sh).
+echo "== e2e (desktop app under Xvfb)"
+scripts/e2e.sh

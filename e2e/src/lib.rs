@@ -1,0 +1,345 @@
+//! Helpers for the end-to-end tests: a minimal W3C WebDriver client (only
+//! what the tests use), and the processes under test (server, tauri-driver,
+//! the `holdfast` CLI). Every wait has a deadline and polls; none sleeps a
+//! fixed time hoping something happened.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+pub type Result<T> = std::result::Result<T, String>;
+
+/// The interval between polls of a condition (not a wait for an event).
+const POLL: Duration = Duration::from_millis(100);
+
+/// Polls `f` until it yields `Some`, or fails after `timeout` with `what`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// A free loopback port (bound, then released for the child to take).
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// The workspace's target dir (`CARGO_TARGET_DIR` or ../target).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("HOLDFAST_TARGET_DIR")
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+/// A child stopped on drop with SIGTERM, so that tauri-driver can stop the
+/// WebKitWebDriver it started (SIGKILL would orphan it, holding its port).
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// `holdfast-server serve --demo` on a fixed port and data dir.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub data_dir: PathBuf,
+}
+
+impl Server {
+    pub fn start(port: u16, data_dir: &Path) -> Result<Server> {
+        let bin = target_dir().join("debug/holdfast-server");
+        let mut cmd = Command::new(&bin);
+        cmd.args(["serve", "--demo", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        // The server says `listening on http://ADDR` when it accepts requests.
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        for pipe in [
+            Box::new(stdout) as Box<dyn std::io::Read + Send>,
+            Box::new(stderr),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+                    eprintln!("[server] {line}");
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("listening on") => break,
+                Ok(_) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    return Err("the server did not start listening".into());
+                }
+            }
+        }
+        Ok(Server {
+            child: Some(child),
+            port,
+            data_dir: data_dir.to_owned(),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM and wait: the server shuts down cleanly, its data stays.
+    pub fn stop(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let status = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .map_err(|e| e.to_string())?;
+            if !status.success() {
+                return Err("kill -TERM failed".into());
+            }
+            child.wait().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// The `holdfast` CLI as a second desk, with its own store and token file.
+pub struct Cli {
+    pub dir: PathBuf,
+}
+
+impl Cli {
+    pub fn run(&self, args: &[&str]) -> Result<String> {
+        let bin = target_dir().join("debug/holdfast");
+        let out = Command::new(&bin)
+            .arg("--store")
+            .arg(self.dir.join("cli.db"))
+            .arg("--token-file")
+            .arg(self.dir.join("cli.token"))
+            .args(args)
+            .env("HOLDFAST_PASSWORD", "holdfast-demo")
+            .output()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "holdfast {args:?} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+}
+
+/// One WebDriver session.
+pub struct Driver {
+    base: String,
+}
+
+/// Keys in the W3C WebDriver private-use range.
+pub mod keys {
+    pub const NULL: &str = "\u{E000}";
+    pub const TAB: &str = "\u{E004}";
+    pub const ENTER: &str = "\u{E007}";
+    pub const ESCAPE: &str = "\u{E00C}";
+    pub const ALT: &str = "\u{E00A}";
+    pub const CONTROL: &str = "\u{E009}";
+    pub const BACKSPACE: &str = "\u{E003}";
+}
+
+fn call(method: &str, url: &str, body: Option<Value>) -> Result<Value> {
+    let req = ureq::request(method, url).timeout(Duration::from_secs(60));
+    let resp = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    let v: Value = match resp {
+        Ok(r) => r.into_json().map_err(|e| e.to_string())?,
+        Err(ureq::Error::Status(code, r)) => {
+            let text = r.into_string().unwrap_or_default();
+            return Err(format!("{method} {url}: {code} {text}"));
+        }
+        Err(e) => return Err(format!("{method} {url}: {e}")),
+    };
+    Ok(v.get("value").cloned().unwrap_or(Value::Null))
+}
+
+impl Driver {
+    pub fn new(driver_url: &str, application: &Path) -> Result<Driver> {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "wry",
+            "tauri:options": {"application": application},
+        }}});
+        let v = call("POST", &format!("{driver_url}/session"), Some(caps))?;
+        let id = v["sessionId"].as_str().ok_or(format!("no session: {v}"))?;
+        Ok(Driver {
+            base: format!("{driver_url}/session/{id}"),
+        })
+    }
+
+    pub fn quit(&self) {
+        let _ = call("DELETE", &self.base, None);
+    }
+
+    fn find_all(&self, css: &str) -> Result<Vec<String>> {
+        let v = call(
+            "POST",
+            &format!("{}/elements", self.base),
+            Some(json!({"using": "css selector", "value": css})),
+        )?;
+        Ok(v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| e.as_object()?.values().next()?.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Waits for an element matching `css`.
+    pub fn find(&self, css: &str) -> Result<String> {
+        wait_for(css, Duration::from_secs(20), || {
+            self.find_all(css).ok()?.into_iter().next()
+        })
+    }
+
+    pub fn click(&self, css: &str) -> Result<()> {
+        let el = self.find(css)?;
+        call(
+            "POST",
+            &format!("{}/element/{el}/click", self.base),
+            Some(json!({})),
+        )
+        .map(drop)
+    }
+
+    /// Types into the element that has the focus (what a user does).
+    pub fn keys(&self, text: &str) -> Result<()> {
+        let el = call("GET", &format!("{}/element/active", self.base), None)?;
+        let id = el
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .ok_or("no focused element")?
+            .to_owned();
+        call(
+            "POST",
+            &format!("{}/element/{id}/value", self.base),
+            Some(json!({ "text": text })),
+        )
+        .map(drop)
+    }
+
+    /// Alt+`key` (and other chords): modifiers stay down until NULL.
+    pub fn chord(&self, modifier: &str, key: &str) -> Result<()> {
+        self.keys(&format!("{modifier}{key}{}", keys::NULL))
+    }
+
+    pub fn script(&self, js: &str, args: Value) -> Result<Value> {
+        call(
+            "POST",
+            &format!("{}/execute/sync", self.base),
+            Some(json!({"script": js, "args": args})),
+        )
+    }
+
+    /// The trimmed text of the first element matching `css`, if any.
+    pub fn text(&self, css: &str) -> Option<String> {
+        self.script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : null;",
+            json!([css]),
+        )
+        .ok()?
+        .as_str()
+        .map(str::to_owned)
+    }
+
+    /// Waits until `f(text of css)` holds; returns the text.
+    pub fn wait_text(&self, css: &str, what: &str, f: impl Fn(&str) -> bool) -> Result<String> {
+        wait_for(what, Duration::from_secs(30), || {
+            self.text(css).filter(|t| f(t))
+        })
+        .map_err(|e| format!("{e} (last: {:?})", self.text(css)))
+    }
+
+    pub fn focus(&self, css: &str) -> Result<()> {
+        self.find(css)?;
+        self.script(
+            "document.querySelector(arguments[0]).focus();",
+            json!([css]),
+        )
+        .map(drop)
+    }
+
+    pub fn screenshot(&self, name: &str) -> Result<()> {
+        let v = call("GET", &format!("{}/screenshot", self.base), None)?;
+        let b64 = v.as_str().ok_or("no screenshot")?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| e.to_string())?;
+        let dir = target_dir().join("e2e-artifacts");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(format!("{name}.png")), png).map_err(|e| e.to_string())
+    }
+}
+
+/// Starts tauri-driver on a free port with the app's env, and waits for it.
+pub fn start_tauri_driver(envs: &[(&str, &Path)]) -> Result<(Proc, String)> {
+    let port = free_port()?;
+    // Never the default 4445: a busy machine may have another run on it.
+    let native_port = free_port()?;
+    let bin = std::env::var("TAURI_DRIVER").unwrap_or_else(|_| "tauri-driver".into());
+    let native =
+        std::env::var("WEBKIT_WEBDRIVER").unwrap_or_else(|_| "/usr/bin/WebKitWebDriver".into());
+    let mut cmd = Command::new(&bin);
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--native-port",
+        &native_port.to_string(),
+    ])
+    .arg("--native-driver")
+    .arg(&native);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().map_err(|e| format!("{bin}: {e}"))?;
+    let url = format!("http://127.0.0.1:{port}");
+    wait_for("tauri-driver to listen", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    })?;
+    Ok((Proc(child), url))
+}

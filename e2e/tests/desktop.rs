@@ -1,0 +1,439 @@
+//! The real desktop app, built, under Xvfb, driven over WebDriver against a
+//! real `holdfast-server` on its embedded Postgres: the Must-show walk of
+//! issue 7, one screenshot per screen in target/e2e-artifacts/.
+//!
+//! `#[ignore]`d: it needs a display, tauri-driver and the built binaries;
+//! scripts/e2e.sh runs it with `--ignored` inside `xvfb-run -a`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use holdfast_e2e::{
+    free_port, keys, start_tauri_driver, target_dir, wait_for, Cli, Driver, Server,
+};
+use serde_json::json;
+
+/// A fresh dir under /tmp that the server's Postgres user can enter.
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("holdfast-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    dir
+}
+
+fn pending(d: &Driver) -> Option<i64> {
+    d.text("[data-testid=pending-count]")?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn wait_pending(d: &Driver, what: &str, f: impl Fn(i64) -> bool) -> i64 {
+    wait_for(what, Duration::from_secs(60), || {
+        pending(d).filter(|n| f(*n))
+    })
+    .unwrap_or_else(|e| panic!("{e} (status bar: {:?})", d.text("footer.statusbar")))
+}
+
+/// The live ATS cell of the line for `size` in the open editor.
+fn line_ats(d: &Driver, size: &str) -> Option<i64> {
+    d.text(&format!(
+        "table.lines tr[data-sku$=\"· {size}\"] [data-testid=ats]"
+    ))?
+    .parse()
+    .ok()
+}
+
+/// Opens the size run for `query` and types `qty` per size (in grid order),
+/// then Enter adds the lines: the keyboard path of a fax order.
+fn size_run(d: &Driver, query: &str, qtys: &[&str]) {
+    search(d, query);
+    d.keys(keys::ENTER).expect("open the grid");
+    d.find("input[data-size]").expect("size grid");
+    let mut seq = String::new();
+    for (i, q) in qtys.iter().enumerate() {
+        if i > 0 {
+            seq.push_str(keys::TAB);
+        }
+        seq.push_str(q);
+    }
+    seq.push_str(keys::ENTER);
+    d.keys(&seq).expect("type the size run");
+}
+
+#[test]
+#[ignore = "needs a display, tauri-driver and the built app: scripts/e2e.sh"]
+fn fax_order_offline_conflict_rejection() {
+    let tmp = temp_dir("run");
+    let pg_dir = tmp.join("pg");
+    let port = free_port().expect("port");
+    let mut server = Server::start(port, &pg_dir).expect("server");
+
+    let app = target_dir().join("debug/holdfast-desktop");
+    let app = app
+        .canonicalize()
+        .expect("the built app (cargo build -p holdfast-desktop)");
+    let data = tmp.join("desktop");
+    let token = tmp.join("desktop.token");
+    let (_driver_proc, driver_url) = start_tauri_driver(&[
+        ("HOLDFAST_DESKTOP_DATA_DIR", &data),
+        ("HOLDFAST_TOKEN_FILE", &token),
+    ])
+    .expect("tauri-driver");
+    // tauri-driver answers before its WebKitWebDriver listens: retry the
+    // first request until a deadline.
+    let d = wait_for("a WebDriver session", Duration::from_secs(60), || {
+        Driver::new(&driver_url, &app)
+            .map_err(|e| eprintln!("session: {e}"))
+            .ok()
+    })
+    .expect("session");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        walk(&d, &mut server, &tmp);
+    }));
+    if result.is_err() {
+        let _ = d.screenshot("zz-failure");
+    }
+    d.quit();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
+    // ---- sign in
+    d.find("#server-url").expect("sign-in screen");
+    d.screenshot("01-sign-in").expect("shot");
+    let url = server.url();
+    for (sel, v) in [
+        ("#server-url", url.as_str()),
+        ("#tenant", "acme"),
+        ("#email", "dana@acme.test"),
+        ("#password", "holdfast-demo"),
+    ] {
+        // The form may come prefilled (last sign-in, defaults): start empty.
+        clear(d, sel);
+        d.focus(sel).expect(sel);
+        d.keys(v).expect(sel);
+    }
+    d.keys(keys::ENTER).expect("submit");
+    d.find("[role=listbox][aria-label^='Orders']")
+        .expect("the desk after sign-in");
+    d.wait_text("[data-testid=online]", "online", |t| {
+        t.to_lowercase().contains("online")
+    })
+    .expect("online");
+    d.screenshot("02-desk").expect("shot");
+
+    // ---- a fax order, by keyboard: customer, PO, notes, three sizes
+    d.focus("[role=listbox][aria-label^='Orders']")
+        .expect("desk");
+    d.keys("n").expect("new order");
+    d.find("#customer").expect("customer box");
+    wait_for("customer box focused", Duration::from_secs(10), || {
+        d.script(
+            "return document.activeElement.getAttribute('role') === 'combobox';",
+            json!([]),
+        )
+        .ok()?
+        .as_bool()
+        .filter(|b| *b)
+    })
+    .expect("focus");
+    d.keys("aus").expect("customer");
+    d.find("[role=option]").expect("customer match");
+    d.keys(&format!("{}PO-E2E-1{}", keys::TAB, keys::TAB))
+        .expect("po");
+    d.keys(&format!("{}{}Fax from Austin", keys::TAB, keys::TAB))
+        .expect("notes");
+    d.keys(keys::TAB).expect("leave notes");
+    size_run(d, "kestrel indigo", &["2", "3", "4"]);
+    wait_for("three lines", Duration::from_secs(20), || {
+        d.script(
+            "return document.querySelectorAll('table.lines tbody tr').length;",
+            json!([]),
+        )
+        .ok()?
+        .as_i64()
+        .filter(|n| *n == 3)
+    })
+    .expect("three lines");
+    let ats_before =
+        wait_for("ATS of M", Duration::from_secs(10), || line_ats(d, "M")).expect("ats");
+    d.screenshot("03-fax-order").expect("shot");
+
+    // ---- allocate all (Alt+A); ATS drops by what M holds
+    d.chord(keys::ALT, "a").expect("allocate");
+    let ats_after = wait_for("ATS of M to drop by 4", Duration::from_secs(20), || {
+        line_ats(d, "M").filter(|a| *a == ats_before - 4)
+    })
+    .expect("ATS drops");
+    wait_pending(d, "allocations synced", |n| n == 0);
+    d.screenshot("04-allocated").expect("shot");
+    eprintln!("ATS of Kestrel Indigo M: {ats_before} → {ats_after}");
+    // ---- the server goes down; the desk keeps taking entries
+    server.stop().expect("stop server");
+    d.focus("#notes").expect("notes");
+    d.keys(" - call back").expect("notes");
+    d.keys(keys::TAB).expect("leave notes");
+    let queued = wait_pending(d, "a pending act while offline", |n| n > 0);
+    d.wait_text("[data-testid=online]", "offline shown", |t| {
+        t.to_lowercase().contains("offline")
+    })
+    .expect("offline");
+    d.screenshot("05-offline-pending").expect("shot");
+    eprintln!("pending while offline: {queued}");
+
+    // ---- back on the same port and data dir: the queue drains
+    *server = Server::start(server.port, &server.data_dir.clone()).expect("restart");
+    d.chord(keys::ALT, "s").expect("sync now");
+    wait_pending(d, "the queue to drain", |n| n == 0);
+    d.screenshot("06-drained").expect("shot");
+
+    // ---- conflict and rejection: offline again, a second desk (the CLI)
+    // changes the same order and takes stock on a side port the app does
+    // not know, then the app's server comes back.
+    // The largest ATS among sizes not on the order yet.
+    size_run_probe(d);
+    let (size, ats) = ["L", "XL", "XXL"]
+        .iter()
+        .filter_map(|s| {
+            let t = d.text(&format!("[data-testid=grid-ats-{s}]"))?;
+            Some((*s, t.parse::<i64>().ok()?))
+        })
+        .max_by_key(|(_, a)| *a)
+        .expect("grid ATS");
+    assert!(
+        ats >= 2,
+        "need ATS ≥ 2 on Kestrel Indigo {size}, have {ats}"
+    );
+    d.keys(keys::ESCAPE).expect("close grid");
+    server.stop().expect("stop server again");
+    d.focus("#notes").expect("notes");
+    d.keys(" - desk edit").expect("notes");
+    d.keys(keys::TAB).expect("leave notes");
+    // A size typed in the search starts the grid on that size.
+    size_run(d, &format!("kestrel indigo {size}"), &[&ats.to_string()]);
+    // The line's own Allocate button (the mouse path, next to Alt+A above).
+    let allocate =
+        format!("table.lines tr[data-sku$=\"· {size}\"] button[aria-label^='Allocate ']");
+    wait_for("the new line's Allocate button", Duration::from_secs(20), || {
+        d.script(
+            "const b = document.querySelector(arguments[0]); if (!b || b.disabled) return false; b.click(); return true;",
+            json!([allocate]),
+        )
+        .ok()?
+        .as_bool()
+        .filter(|b| *b)
+    })
+    .expect("allocate offline");
+    wait_pending(d, "offline acts queued", |n| n >= 3);
+
+    let side = Server::start(free_port().expect("port"), &server.data_dir.clone());
+    let mut side = side.expect("side server");
+    let cli = Cli {
+        dir: tmp.join("cli"),
+    };
+    std::fs::create_dir_all(&cli.dir).expect("cli dir");
+    cli.run(&[
+        "login",
+        "--server",
+        &side.url(),
+        "--tenant",
+        "acme",
+        "--email",
+        "priya@acme.test",
+    ])
+    .or_else(|_| {
+        cli.run(&[
+            "login",
+            "--server",
+            &side.url(),
+            "--tenant",
+            "acme",
+            "--email",
+            "dana@acme.test",
+        ])
+    })
+    .expect("cli login");
+    cli.run(&["sync"]).expect("cli sync");
+    let orders: serde_json::Value =
+        serde_json::from_str(&cli.run(&["--json", "orders"]).expect("cli orders")).expect("json");
+    let order_id = find_order(&orders, "PO-E2E-1").expect("the fax order on the second desk");
+    cli.run(&[
+        "order",
+        "edit",
+        &order_id,
+        "--notes",
+        "Changed by phone: ship partial",
+    ])
+    .expect("cli edit");
+    let other = cli
+        .run(&["order", "new", "--customer", "Lisbon"])
+        .expect("cli order");
+    let other = first_id(&other);
+    let line = cli
+        .run(&[
+            "order",
+            "add-line",
+            &other,
+            "--style",
+            "Kestrel Overshirt",
+            "--color",
+            "Washed Indigo",
+            "--size",
+            size,
+            "--qty",
+            "1",
+        ])
+        .expect("cli line");
+    let line = first_id(&line);
+    cli.run(&["order", "allocate", &other, &line, "1"])
+        .expect("cli allocate");
+    cli.run(&["sync"]).expect("cli sync");
+    side.stop().expect("stop side");
+    drop(side);
+
+    *server = Server::start(server.port, &server.data_dir.clone()).expect("restart 2");
+    d.chord(keys::ALT, "s").expect("sync now");
+    d.wait_text("[data-testid=attention]", "a conflict", |t| {
+        t.contains("conflict")
+    })
+    .expect("conflict shown");
+    // The editor's banner follows the status bar by a refresh: wait for it.
+    wait_for("the Resolve conflict button", Duration::from_secs(20), || {
+        d.script(
+            "const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim().startsWith('Resolve conflict')); if (!b) return false; b.click(); return true;",
+            json!([]),
+        )
+        .ok()?
+        .as_bool()
+        .filter(|b| *b)
+    })
+    .expect("open the conflict view");
+    d.find("[data-testid=conflict-title]")
+        .expect("conflict view");
+    d.screenshot("07-conflict").expect("shot");
+    // Notes: both changed it, so a human picks; take theirs. Anything else
+    // that asks: keep mine (my new line).
+    d.script(
+        "for (const g of document.querySelectorAll('.choice[role=radiogroup]')) { \
+           const notes = g.querySelector('input[name=\"choice-notes\"]'); \
+           const want = notes ? 'theirs' : 'mine'; \
+           g.querySelector(`input[value=${want}]`).click(); }",
+        json!([]),
+    )
+    .expect("choose");
+    let save = d
+        .script(
+            "const b = document.querySelector('#save-choices'); return !!b && !b.disabled;",
+            json!([]),
+        )
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    d.click(if save { "#save-choices" } else { "#rebase" })
+        .expect("resolve");
+    d.wait_text("[data-testid=attention]", "a rejection", |t| {
+        t.contains("rejected")
+    })
+    .expect("rejection shown");
+    d.script(
+        "[...document.querySelectorAll('nav[aria-label=Screens] button')].find(b => b.textContent.startsWith('Refused')).click();",
+        json!([]),
+    )
+    .expect("open Refused");
+    let facts = d
+        .wait_text("[data-testid=rejection-ats]", "rejection facts", |t| {
+            !t.is_empty()
+        })
+        .expect("facts");
+    d.screenshot("08-rejected").expect("shot");
+    eprintln!("rejection: {facts}");
+    d.script(
+        "[...document.querySelectorAll('[aria-label=\"What to do\"] button')].find(b => b.textContent.startsWith('Reduce')).click();",
+        json!([]),
+    )
+    .expect("reduce");
+    wait_for("no rejections left", Duration::from_secs(30), || {
+        (d.text("[data-testid=attention]")
+            .is_none_or(|t| !t.contains("rejected")))
+        .then_some(())
+    })
+    .expect("rejection resolved");
+    wait_pending(d, "everything synced", |n| n == 0);
+    d.screenshot("09-reduced").expect("shot");
+}
+
+/// Opens the size run on the open editor to read the grid's ATS.
+fn size_run_probe(d: &Driver) {
+    search(d, "kestrel indigo");
+    d.keys(keys::ENTER).expect("grid");
+    d.find("[data-testid=grid-ats-XL]").expect("grid ats");
+}
+
+/// The id of the order whose `customer_po` is `po`, anywhere in `v`.
+fn find_order(v: &serde_json::Value, po: &str) -> Option<String> {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.get("customer_po").and_then(|p| p.as_str()) == Some(po) {
+                if let Some(id) = m.get("id").and_then(|i| i.as_str()) {
+                    return Some(id.to_owned());
+                }
+            }
+            m.values().find_map(|x| find_order(x, po))
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find_order(x, po)),
+        _ => None,
+    }
+}
+
+/// Empties an input the way typing would (an `input` event follows).
+fn clear(d: &Driver, sel: &str) {
+    d.script(
+        "const e = document.querySelector(arguments[0]); e.value = ''; e.dispatchEvent(new Event('input', {bubbles: true}));",
+        json!([sel]),
+    )
+    .expect("clear");
+}
+
+/// Types `query` into Find SKU until a style + colour matches. A header
+/// field committed just before (on blur) re-renders the editor, which may
+/// eat what was typed meanwhile: type again then, within a deadline.
+fn search(d: &Driver, query: &str) {
+    wait_for(
+        "a style and colour to match",
+        Duration::from_secs(40),
+        || {
+            clear(d, "#sku-search");
+            d.focus("#sku-search").ok()?;
+            d.keys(query).ok()?;
+            wait_for("options", Duration::from_secs(3), || {
+                let typed = d
+                    .script(
+                        "return document.querySelector('#sku-search').value;",
+                        json!([]),
+                    )
+                    .ok()?;
+                (typed.as_str() == Some(query)).then_some(())?;
+                d.text("[role=listbox][aria-label='Styles and colours'] [role=option]")
+            })
+            .ok()
+        },
+    )
+    .expect("Find SKU");
+}
+
+/// The first UUID-looking word of the CLI's output (it adds prose).
+fn first_id(out: &str) -> String {
+    out.split_whitespace()
+        .find(|l| l.len() == 36 && l.matches('-').count() == 4)
+        .unwrap_or_else(|| panic!("no id in {out:?}"))
+        .to_owned()
+}
