@@ -182,6 +182,7 @@ async fn late_retry(
 /// The atomic conditional update: allocates `qty` (negative releases) only if
 /// ATS covers it. Returns (ats_after, position version, event sequence), or
 /// None when the stock is not there.
+#[cfg(not(feature = "broken-allocation"))]
 async fn move_position_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -197,6 +198,48 @@ async fn move_position_in_tx(
     .bind(tenant_id)
     .bind(sku_id)
     .bind(qty)
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// DELIBERATELY BROKEN, behind the test-only feature `broken-allocation`: the
+/// ATS check moved out of the WHERE clause into application code, between a
+/// plain read and a blind write. Two transactions read the same `allocated`,
+/// both pass the check, and the later write overwrites the earlier one: the
+/// position row still reads within on_hand + on_order (the CHECK constraint
+/// never fires) while the ledger and the order lines hold more than there was.
+/// It exists so the chaos suite can show it catches an oversell; the real
+/// function above is the only one a normal build contains.
+#[cfg(feature = "broken-allocation")]
+async fn move_position_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    sku_id: Uuid,
+    qty: i64,
+) -> Result<Option<(i64, i64, i64)>, ApiError> {
+    let read: Option<(i64, i64)> = sqlx::query_as(
+        "select allocated, on_hand + on_order - allocated from sku_positions
+          where tenant_id = $1 and sku_id = $2",
+    )
+    .bind(tenant_id)
+    .bind(sku_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((allocated, ats)) = read else {
+        return Ok(None);
+    };
+    if ats < qty {
+        return Ok(None);
+    }
+    Ok(sqlx::query_as(
+        "update sku_positions
+            set allocated = $3, version = version + 1, event_seq = event_seq + 1, updated_at = now()
+          where tenant_id = $1 and sku_id = $2
+          returning on_hand + on_order - allocated, version, event_seq",
+    )
+    .bind(tenant_id)
+    .bind(sku_id)
+    .bind(allocated + qty)
     .fetch_optional(conn)
     .await?)
 }
