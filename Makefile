@@ -31,9 +31,17 @@ chaos-broken: deps
 fmt:
 	cargo fmt --all
 
-## The desktop app's .deb and AppImage (tauri-cli 2 installed once into the cache).
+## The desktop app's .deb and AppImage: make desktop-bundle [BUNDLES=deb]
+## (into target/release/bundle/). tauri-cli is pinned to the family of the
+## tauri crates in Cargo.lock and installed once into the cache. tauri-cli
+## runs build.beforeBuildCommand (the UI build) itself; TAURI_FRONTEND_PATH
+## makes it run in ui/ wherever make is called from.
 HOLDFAST_CACHE ?= $(HOME)/.cache/holdfast
+TAURI_CLI_VERSION := 2.12.4
+BUNDLES ?= deb,appimage
 desktop-bundle: deps
-	@[ -x "$(HOLDFAST_CACHE)/bin/cargo-tauri" ] || cargo install tauri-cli --locked --version "^2" --root "$(HOLDFAST_CACHE)"
-	cd ui && npm ci --no-audit --no-fund && npm run build
-	cd src-tauri && PATH="$(HOLDFAST_CACHE)/bin:$$PATH" cargo tauri build --bundles deb,appimage
+	@"$(HOLDFAST_CACHE)/bin/cargo-tauri" tauri --version 2>/dev/null | grep -qx "tauri-cli $(TAURI_CLI_VERSION)" \
+		|| cargo install tauri-cli --locked --version "=$(TAURI_CLI_VERSION)" --root "$(HOLDFAST_CACHE)"
+	PATH="$(HOLDFAST_CACHE)/bin:$$PATH" TAURI_FRONTEND_PATH="$(CURDIR)/ui" cargo tauri build --ci --bundles $(BUNDLES) -- --locked \
+		|| { echo "desktop-bundle: failed. The AppImage step needs linuxdeploy and AppRun, which tauri-cli downloads from github.com into ~/.cache/tauri;" \
+		     "where that is unreachable, make desktop-bundle BUNDLES=deb builds the .deb alone." >&2; exit 1; }

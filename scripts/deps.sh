@@ -17,6 +17,9 @@ for pkg in libwebkit2gtk-4.1-dev xvfb xauth webkit2gtk-driver; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# scripts/schemathesis.sh: a venv for schemathesis, psql for its database.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3 python3-venv)
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 
 if ((${#missing[@]})); then
     echo "deps: installing ${missing[*]}"

@@ -33,6 +33,10 @@ fi
 echo "== tests"
 cargo test --locked --workspace
 
+# Hostile input: schemathesis against the server's own /openapi.json (issue 8).
+echo "== schemathesis"
+scripts/schemathesis.sh
+
 # The built desktop app, headless, over WebDriver (scripts/e2e.sh).
 echo "== e2e (desktop app under Xvfb)"
 scripts/e2e.sh

@@ -274,11 +274,22 @@ async fn store(conn: &mut PgConnection, who: &Who, key: &str, body: &[u8]) -> an
 
 pub async fn one_commit(db: &PgPool, who: &Who, t: Target, key: &str) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
-    claim(&mut tx, who, t, key).await?;
-    let body = work(&mut tx, who, t, key).await?;
-    store(&mut tx, who, key, &body).await?;
+    one_commit_in_tx(&mut tx, who, t, key).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The one-commit allocation's statements, in a transaction the caller
+/// opened (`rls.rs` opens it bound to the tenant, or not).
+pub async fn one_commit_in_tx(
+    conn: &mut PgConnection,
+    who: &Who,
+    t: Target,
+    key: &str,
+) -> anyhow::Result<()> {
+    claim(conn, who, t, key).await?;
+    let body = work(conn, who, t, key).await?;
+    store(conn, who, key, &body).await
 }
 
 /// The seed's middleware: each phase its own commit (phase 1 and 3 are

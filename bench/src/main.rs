@@ -11,6 +11,7 @@ mod progress;
 mod push;
 mod relay;
 mod report;
+mod rls;
 mod server;
 mod setup;
 mod stream;
@@ -58,7 +59,8 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
 
-    /// Only these items (1-7; 1, 2 and 3 always run together), e.g. `--only 4,6`.
+    /// Only these items (1-7; 1, 2 and 3 always run together; 8: the cost of
+    /// row-level security), e.g. `--only 4,6`.
     #[arg(long, value_delimiter = ',', value_name = "ITEMS")]
     only: Vec<u8>,
 
@@ -206,7 +208,10 @@ async fn measure(mut ctx: Ctx, machine: &mut Machine) -> anyhow::Result<Report> 
     .await?;
     machine.postgres = format!("PostgreSQL {version}");
     machine.postgres_settings = settings;
-    let result = items::all(&mut ctx).await;
+    let result = match items::all(&mut ctx).await {
+        Ok(mut t) => rls::run(&ctx, &mut t.0, &mut t.1).await.map(|()| t),
+        Err(e) => Err(e),
+    };
     machine.load_after = report::loadavg();
     let plan = ctx.plan.clone();
     let pool_size = ctx.server.pool_size;

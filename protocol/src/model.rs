@@ -133,6 +133,8 @@ pub struct LoginRequest {
     pub tenant: String,
     pub email: String,
     pub password: String,
+    /// 1–200 characters, not all blank.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub device_name: String,
 }
 
@@ -216,28 +218,33 @@ pub struct CreateOrder {
     pub id: Uuid,
     pub customer_id: Uuid,
     #[serde(default)]
+    #[schema(max_length = 100)]
     pub customer_po: Option<String>,
     #[serde(default)]
     pub ship_window_start: Option<NaiveDate>,
+    /// Not before `ship_window_start`.
     #[serde(default)]
     pub ship_window_end: Option<NaiveDate>,
     #[serde(default)]
+    #[schema(max_length = 4000)]
     pub notes: Option<String>,
 }
 
-/// The header fields a PATCH may set; an absent field is left alone, a null
-/// clears it.
+/// The header fields a PATCH may set (at least one); an absent field is left
+/// alone, a null clears it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderHeaderSet {
+    /// A customer cannot be cleared: null means "leave it".
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub customer_id: Option<Uuid>,
     #[serde(
         default,
         deserialize_with = "double_option",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, max_length = 100)]
     pub customer_po: Option<Option<String>>,
     #[serde(
         default,
@@ -258,13 +265,14 @@ pub struct OrderHeaderSet {
         deserialize_with = "double_option",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, max_length = 4000)]
     pub notes: Option<Option<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchOrder {
+    #[schema(minimum = 1)]
     pub base_version: i64,
     pub set: OrderHeaderSet,
 }
@@ -274,14 +282,19 @@ pub struct PatchOrder {
 pub struct AddLine {
     pub id: Uuid,
     pub sku_id: Uuid,
+    #[schema(minimum = 1)]
     pub qty_ordered: i64,
+    #[schema(minimum = 1)]
     pub base_version: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChangeLine {
+    #[schema(minimum = 1)]
     pub base_version: i64,
+    /// Not below the line's `qty_allocated`.
+    #[schema(minimum = 1)]
     pub qty_ordered: i64,
 }
 
@@ -289,6 +302,7 @@ pub struct ChangeLine {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BaseVersion {
+    #[schema(minimum = 1)]
     pub base_version: i64,
 }
 
@@ -296,6 +310,7 @@ pub struct BaseVersion {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Quantity {
+    #[schema(minimum = 1)]
     pub qty: i64,
 }
 
@@ -320,6 +335,7 @@ pub struct PushItem {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PushRequest {
+    #[schema(min_items = 1, max_items = 500)]
     pub mutations: Vec<PushItem>,
 }
 

@@ -31,6 +31,10 @@ pub enum ProblemCode {
     BlockedByEarlier,
     RateLimited,
     Internal,
+    /// The database is unreachable, restarting, read-only, out of disk or
+    /// connections: retry after `Retry-After` (with the same key; a retry
+    /// never doubles anything).
+    ServiceUnavailable,
 }
 
 impl ProblemCode {
@@ -50,6 +54,7 @@ impl ProblemCode {
             BlockedByEarlier => 424,
             RateLimited => 429,
             Internal => 500,
+            ServiceUnavailable => 503,
         }
     }
 
@@ -76,6 +81,7 @@ impl ProblemCode {
             BlockedByEarlier => "blocked_by_earlier",
             RateLimited => "rate_limited",
             Internal => "internal",
+            ServiceUnavailable => "service_unavailable",
         }
     }
 
@@ -103,6 +109,7 @@ impl ProblemCode {
             BlockedByEarlier => "An earlier mutation on this order did not succeed",
             RateLimited => "Too many requests",
             Internal => "Internal server error",
+            ServiceUnavailable => "Service temporarily unavailable",
         }
     }
 
@@ -196,6 +203,7 @@ mod tests {
             ProblemCode::VersionConflict,
             ProblemCode::BlockedByEarlier,
             ProblemCode::CreditLimitExceeded,
+            ProblemCode::ServiceUnavailable,
         ] {
             let json = serde_json::to_value(code).expect("serialize");
             assert_eq!(json, code.as_str());

@@ -71,6 +71,12 @@ pub struct ServeConfig {
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 32)]
     pub db_pool_size: u32,
 
+    /// How long a request waits for a database connection (including
+    /// reconnecting while Postgres restarts) before it answers 503 (ms).
+    #[arg(long, env = "HOLDFAST_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 3000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub db_acquire_timeout_ms: u64,
+
     /// How long an idempotency key's stored answer is replayed (hours). Past
     /// it, allocations are still protected by their ledger rows.
     #[arg(long, env = "HOLDFAST_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 72,
@@ -156,6 +162,7 @@ impl std::fmt::Debug for ServeConfig {
             )
             .field("demo", &self.demo)
             .field("db_pool_size", &self.db_pool_size)
+            .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field(
                 "idempotency_retention_hours",
                 &self.idempotency_retention_hours,

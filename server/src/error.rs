@@ -1,5 +1,13 @@
 //! One error type for every HTTP path: an RFC 9457 problem with a stable code,
 //! or an internal error that becomes a bare 500 and is logged once, here.
+//!
+//! An internal error caused by the database being unavailable (down,
+//! restarting, read-only, out of disk or connections, the pool exhausted) is
+//! not a bug: it answers 503 `service_unavailable` with `Retry-After`. Such an
+//! error rolls its transaction back, so nothing was written and no
+//! idempotency key stored: a retry runs the request afresh. (If the
+//! connection broke while COMMIT was on its way, the transaction may have
+//! committed — whole, key and answer included — and the retry replays it.)
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,7 +18,9 @@ pub enum ApiError {
     /// A 4xx the caller can act on; its code is in API.md's table.
     #[error("{}: {}", .0.code, .0.detail.as_deref().unwrap_or(""))]
     Problem(Box<Problem>),
-    /// A bug or an outage: 500 `internal`, details only in the log.
+    /// A bug: 500 `internal`, details only in the log. When the cause is the
+    /// database being unavailable ([`is_unavailable`]): 503
+    /// `service_unavailable` with `Retry-After`.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -51,15 +61,65 @@ impl ApiError {
         ))
     }
 
-    /// The problem this error answers with (internal errors become `internal`).
+    /// The problem this error answers with (internal errors become `internal`,
+    /// or `service_unavailable` when the database is the cause).
     pub fn to_problem(&self) -> Problem {
         match self {
             ApiError::Problem(p) => (**p).clone(),
+            ApiError::Internal(e) if unavailable_cause(e).is_some() => Problem::new(
+                ProblemCode::ServiceUnavailable,
+                "the database is unavailable right now; retry shortly (a mutation with the same Idempotency-Key)",
+            )
+            .with("retry_after", UNAVAILABLE_RETRY_AFTER_SECS),
             ApiError::Internal(_) => {
                 Problem::new(ProblemCode::Internal, "internal error; it has been logged")
             }
         }
     }
+}
+
+/// What a 503 tells the caller to wait before retrying.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 2;
+
+/// The database error behind `e`, if it means "the database is unavailable
+/// right now" rather than a bug.
+pub fn unavailable_cause(e: &anyhow::Error) -> Option<&sqlx::Error> {
+    e.chain()
+        .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
+        .find(|e| is_unavailable(e))
+}
+
+/// True for errors that say the database cannot serve us now — it is down or
+/// restarting, the connection broke, the pool waited too long, or it refuses
+/// writes (read-only, out of disk or memory, too many connections) — as
+/// opposed to a bug in our SQL. These answer 503.
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(sqlstate_is_unavailable),
+        _ => false,
+    }
+}
+
+/// The SQLSTATEs that mean "unavailable", by class or code.
+pub fn sqlstate_is_unavailable(code: &str) -> bool {
+    // 08: connection exception (e.g. 08006 connection_failure).
+    // 53: insufficient resources — 53100 disk_full, 53200 out_of_memory,
+    //     53300 too_many_connections, 53400 configuration_limit_exceeded.
+    code.starts_with("08")
+        || code.starts_with("53")
+        || matches!(
+            code,
+            // read_only_sql_transaction: a read-only database or a standby.
+            "25006"
+            // admin_shutdown (pg_ctl stop, pg_terminate_backend),
+            // crash_shutdown (another backend crashed), cannot_connect_now
+            // (starting up, shutting down, in recovery).
+            | "57P01" | "57P02" | "57P03"
+        )
 }
 
 impl From<sqlx::Error> for ApiError {
@@ -95,8 +155,76 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(e) = &self {
             // Logged once, inside the request's span (method, route, request id).
-            tracing::error!(error = format!("{e:#}"), "internal error");
+            if unavailable_cause(e).is_some() {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "database unavailable; answered 503"
+                );
+            } else {
+                tracing::error!(error = format!("{e:#}"), "internal error");
+            }
         }
         problem_response(&self.to_problem())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outage_sqlstates_are_unavailable_and_bugs_are_not() {
+        for code in [
+            "53100", // disk_full
+            "53200", // out_of_memory
+            "53300", // too_many_connections
+            "25006", // read_only_sql_transaction
+            "57P01", // admin_shutdown
+            "57P02", // crash_shutdown
+            "57P03", // cannot_connect_now
+            "08006", // connection_failure
+            "08001", // sqlclient_unable_to_establish_sqlconnection
+        ] {
+            assert!(sqlstate_is_unavailable(code), "{code}");
+        }
+        for code in [
+            "23505", // unique_violation: a bug or a race we handle elsewhere
+            "23514", // check_violation
+            "42P01", // undefined_table
+            "55P03", // lock_not_available: request_in_flight, not an outage
+            "40001", // serialization_failure
+            "57014", // query_canceled
+            "XX000",
+        ] {
+            assert!(!sqlstate_is_unavailable(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn an_outage_is_a_503_with_retry_after_and_a_bug_a_500() {
+        let outage = ApiError::from(sqlx::Error::PoolTimedOut);
+        let p = outage.to_problem();
+        assert_eq!((p.status, p.code), (503, ProblemCode::ServiceUnavailable));
+        let response = outage.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECS))
+        );
+
+        // Wrapped in context, as the engine's errors are.
+        let io = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed");
+        let wrapped = anyhow::Error::from(sqlx::Error::Io(io)).context("committing");
+        assert_eq!(
+            ApiError::Internal(wrapped).to_problem().code,
+            ProblemCode::ServiceUnavailable
+        );
+
+        let bug = ApiError::from(sqlx::Error::RowNotFound);
+        assert_eq!(bug.to_problem().code, ProblemCode::Internal);
+        assert_eq!(
+            bug.into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

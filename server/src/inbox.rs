@@ -95,7 +95,9 @@ pub async fn handle(
     raw: &[u8],
     envelope: Envelope,
 ) -> Result<Handled, ApiError> {
-    let mut tx = db.begin().await?;
+    // Bound like a request: the URL named the tenant and the signature showed
+    // the sender holds that tenant's secret.
+    let mut tx = crate::db::begin_for_tenant(db, tenant_id).await?;
     let inserted = sqlx::query(
         "insert into inbox (tenant_id, provider, event_id, body) values ($1, $2, $3, $4)
          on conflict do nothing",

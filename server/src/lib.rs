@@ -21,6 +21,7 @@ pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -83,7 +84,14 @@ pub async fn serve(
             (pg.holdfast_options(), Some(pg))
         }
     };
+    // The cluster is ours: keep it running while we serve (see `pg.rs`).
+    let (stop_supervisor, supervisor_stopped) = tokio::sync::watch::channel(false);
+    let supervisor = embedded.as_ref().map(|pg| pg.supervise(supervisor_stopped));
     let result = serve_on(&config, options, shutdown).await;
+    let _ = stop_supervisor.send(true);
+    if let Some(supervisor) = supervisor {
+        let _ = supervisor.await;
+    }
     if let Some(pg) = embedded {
         if let Err(e) = pg.stop() {
             tracing::error!(error = %e, "stopping the embedded Postgres failed");
@@ -97,9 +105,12 @@ async fn serve_on(
     options: PgConnectOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let db = PgPoolOptions::new()
-        .max_connections(config.db_pool_size)
-        .connect_with(options)
+    let db = pool_options(
+        config.db_pool_size,
+        Duration::from_millis(config.db_acquire_timeout_ms),
+    )
+    .connect_lazy_with(options);
+    wait_for_database(&db, STARTUP_DATABASE_WAIT)
         .await
         .context("connecting to Postgres")?;
     db::migrate(&db).await.context("applying migrations")?;
@@ -125,16 +136,63 @@ async fn serve_on(
     }
     let state = AppState::new(db.clone())
         .allowing_private_targets(config.relay.relay_allow_private_targets);
-    let served = run(state, listener, shutdown).await;
-    // Requests are finished; let deliveries in flight finish too.
-    for relay in relays {
-        relay.shutdown().await;
-    }
+    // On the signal the relays stop claiming at once and finish their
+    // deliveries in flight (each bounded by --relay-timeout-ms, its outcome
+    // recorded) while the HTTP side finishes its requests.
+    let (signalled, mut on_signal) = tokio::sync::watch::channel(false);
+    let http = run(state, listener, async move {
+        shutdown.await;
+        let _ = signalled.send(true);
+    });
+    let relays_done = async move {
+        // Err: the server stopped without the signal (it failed); stop too.
+        let _ = on_signal.wait_for(|signalled| *signalled).await;
+        let stopping: Vec<_> = relays
+            .into_iter()
+            .map(|relay| tokio::spawn(relay.shutdown()))
+            .collect();
+        for relay in stopping {
+            let _ = relay.await;
+        }
+    };
+    let (served, ()) = tokio::join!(http, relays_done);
+    tracing::info!("deliveries in flight finished");
     let _ = stop.send(true);
     let _ = reaper.await;
     db.close().await;
     served?;
     Ok(())
+}
+
+/// How long a starting server waits for its database to come up.
+const STARTUP_DATABASE_WAIT: Duration = Duration::from_secs(60);
+
+/// The server's pool. Waits are bounded (`acquire_timeout`), so an
+/// unavailable database answers 503 promptly instead of holding requests, and
+/// connections are pinged before use, so those a Postgres restart broke are
+/// replaced rather than handed to a request: after a restart the pool
+/// reconnects by itself.
+pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(true)
+}
+
+/// Waits until the database accepts a connection (it may still be starting
+/// when we are), for at most `within`.
+async fn wait_for_database(db: &PgPool, within: Duration) -> Result<(), sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match db.acquire().await {
+            Ok(_) => return Ok(()),
+            Err(e) if error::is_unavailable(&e) && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "waiting for Postgres");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then finishes the

@@ -7,6 +7,14 @@
 //! cluster keeps running, and the next start finds it by its `postmaster.pid`
 //! and reuses it. A clean exit stops it with a fast shutdown.
 //!
+//! While the server runs, [`EmbeddedPostgres::supervise`] keeps the cluster
+//! up: the server owns it, so if its postmaster dies (killed, OOM-killed,
+//! crashed, or stopped by hand) the supervisor starts it again — Postgres runs
+//! crash recovery — and the server's pool reconnects by itself. In between,
+//! `/readyz` answers 503 and requests answer 503 `service_unavailable`.
+//! A database given by `DATABASE_URL` is not ours to restart: the server only
+//! reports it unavailable until it is back.
+//!
 //! Postgres refuses to run as root. When we are root we run its binaries as the
 //! `postgres` system user (Debian's package creates it) and hand it the
 //! cluster directory.
@@ -16,6 +24,7 @@ use std::os::unix::fs::{chown, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
@@ -79,10 +88,15 @@ enum RunAs {
     User { uid: u32, gid: u32 },
 }
 
+/// How often the supervisor looks at the postmaster.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
+/// The longest the supervisor waits between failed restarts.
+const SUPERVISE_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 /// A running private cluster. Dropping it does not stop the cluster: call
 /// [`EmbeddedPostgres::stop`] on the way out, so a crash leaves it running for
 /// the next start to reuse rather than half-stopped.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct EmbeddedPostgres {
     cluster_dir: PathBuf,
     bin_dir: PathBuf,
@@ -171,6 +185,98 @@ impl EmbeddedPostgres {
         )?;
         tracing::info!(dir = %self.cluster_dir.display(), "Postgres cluster stopped");
         Ok(())
+    }
+
+    /// Keeps the cluster running until `stop` turns true (or its sender is
+    /// dropped): every second it checks the postmaster and, if it is gone,
+    /// starts the cluster again, backing off while that fails (e.g. old
+    /// backends still hold the shared memory, or the disk is full). Stop the
+    /// supervisor before [`EmbeddedPostgres::stop`], or it restarts the cluster.
+    pub fn supervise(
+        &self,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let pg = self.clone();
+        tokio::spawn(async move {
+            let mut wait = SUPERVISE_EVERY;
+            loop {
+                tokio::select! {
+                    changed = stop.changed() => if changed.is_err() || *stop.borrow() { return },
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                let check = pg.clone();
+                let restarted = tokio::task::spawn_blocking(move || check.restart_if_down()).await;
+                wait = match restarted {
+                    Ok(Ok(false)) => SUPERVISE_EVERY,
+                    Ok(Ok(true)) => {
+                        tracing::warn!(dir = %pg.cluster_dir.display(), "embedded Postgres restarted");
+                        SUPERVISE_EVERY
+                    }
+                    Ok(Err(e)) => {
+                        let next = (wait * 2).min(SUPERVISE_MAX_BACKOFF);
+                        tracing::error!(error = %e, retry_in = ?next, "restarting the embedded Postgres failed");
+                        next
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the embedded Postgres check panicked");
+                        SUPERVISE_MAX_BACKOFF
+                    }
+                };
+            }
+        })
+    }
+
+    /// Starts the cluster if its postmaster is gone; true if it did.
+    fn restart_if_down(&self) -> Result<bool, PgError> {
+        if self.postmaster_alive() {
+            return Ok(false);
+        }
+        tracing::warn!(dir = %self.cluster_dir.display(), "the embedded Postgres is not running; starting it");
+        // The lock files of a dead postmaster (data directory and socket) can
+        // name a zombie (see `postmaster_alive`), which Postgres' own check
+        // takes for a live server. Removing them is safe once the postmaster
+        // is dead: backends it left behind still hold the shared memory, and a
+        // new postmaster refuses to start until they are gone (we retry).
+        for name in [
+            "postmaster.pid".to_owned(),
+            format!(".s.PGSQL.{SOCKET_PORT}.lock"),
+        ] {
+            let lock = self.cluster_dir.join(name);
+            match std::fs::remove_file(&lock) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err(&lock)(e)),
+            }
+        }
+        self.start_cluster()?;
+        Ok(true)
+    }
+
+    /// Whether the postmaster named in `postmaster.pid` is running. A killed
+    /// postmaster whose parent never reaps it (pg_ctl has exited, so its
+    /// parent is init, and not every init reaps) stays a zombie that
+    /// `kill(pid, 0)` — and `pg_ctl status` — report as alive; /proc tells.
+    fn postmaster_alive(&self) -> bool {
+        let pid_file = self.cluster_dir.join("postmaster.pid");
+        let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<i32>().ok())
+        else {
+            return false;
+        };
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // `pid (comm) S …`: the state follows the last ')'.
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X"),
+            Err(_) if Path::new("/proc/self/stat").exists() => false,
+            // No /proc: the best we can do.
+            Err(_) => !matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            ),
+        }
     }
 
     fn init_if_new(&self) -> Result<(), PgError> {

@@ -960,3 +960,346 @@ async fn a_duplicate_of_a_stuck_request_answers_in_flight(db: PgPool) {
         "{metrics}"
     );
 }
+
+/// Allocation answers with a document it builds from the statements it ran
+/// (no re-read): it must be exactly what a read returns afterwards, down to
+/// who changed it last, and its events must be the ones `enqueue_in_tx`
+/// builds. A shortfall writes nothing at all.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn allocation_answers_the_document_a_read_returns(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let priya = s.login("acme", "priya@acme.test").await;
+    let other_sku = demo::sku_id("acme", "Tern Rain Shell", "Ecru", "S");
+    let (order, line, v) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 5).await;
+    let second = Uuid::now_v7();
+    let r = s
+        .post(
+            &dana,
+            &format!("/v1/orders/{order}/lines"),
+            &key(),
+            json!({"id": second, "sku_id": other_sku, "qty_ordered": 3, "base_version": v}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
+    let r = s
+        .mutate(
+            &dana,
+            Method::PATCH,
+            &format!("/v1/orders/{order}"),
+            &key(),
+            &json!({"base_version": v + 1, "set": {"customer_po": "PO-7", "notes": "rush",
+                    "ship_window_start": "2027-01-04", "ship_window_end": "2027-01-08"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+
+    let (_, _, allocated_before) = position(&db, kestrel_m()).await;
+    let r = s
+        .post(
+            &priya,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 2}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let (status, read) = s.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        r.json()["order"],
+        read,
+        "the answer is the document as read"
+    );
+    assert_eq!(read["updated_by_name"], "Priya Raman");
+    assert_eq!(read["version"], v + 3);
+    assert_eq!(read["lines"][0]["qty_allocated"], 2);
+    assert_eq!(read["lines"][1]["qty_allocated"], 0);
+    let (on_hand, on_order, allocated) = position(&db, kestrel_m()).await;
+    assert_eq!(allocated, allocated_before + 2);
+    assert_eq!(r.json()["ats_after"], on_hand + on_order - allocated);
+
+    let r = s
+        .post(
+            &dana,
+            &format!("/v1/orders/{order}/lines/{line}/release"),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    let (_, read) = s.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(r.json()["order"], read);
+    assert_eq!(read["updated_by_name"], "Dana Whitfield");
+    assert_eq!(read["lines"][0]["qty_allocated"], 1);
+    assert_ledgers_match_positions(&db).await;
+
+    // The events, as enqueue_in_tx would have written them.
+    let events: Vec<(String, String, i64, Value)> = sqlx::query_as(
+        "select event_type, aggregate_kind, sequence, payload from outbox
+          where aggregate_id = any($1) and event_type in
+                ('order.line_allocated', 'order.line_released', 'sku.ats_changed')
+          order by id",
+    )
+    .bind(vec![order, kestrel_m()])
+    .fetch_all(&db)
+    .await
+    .expect("events");
+    let tenant = demo::tenant_id("acme").to_string();
+    let mine: Vec<&(String, String, i64, Value)> = events
+        .iter()
+        .filter(|e| e.1 == "order" || e.3["data"]["sku_id"] == kestrel_m().to_string())
+        .collect();
+    let types: Vec<&str> = mine.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(
+        types[types.len() - 4..],
+        [
+            "sku.ats_changed",
+            "order.line_allocated",
+            "sku.ats_changed",
+            "order.line_released"
+        ]
+    );
+    for (event_type, kind, seq, payload) in &mine[mine.len() - 4..] {
+        assert_eq!(payload["type"], event_type.as_str());
+        let stamp = payload["timestamp"].as_str().expect("timestamp");
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(stamp).is_ok() && stamp.len() == 24,
+            "{stamp}"
+        );
+        let data = payload["data"].as_object().expect("data");
+        assert_eq!(data["tenant_id"], tenant.as_str());
+        assert_eq!(data["sequence"], *seq);
+        let mut keys: Vec<&str> = data.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        if kind == "order" {
+            assert_eq!(
+                keys,
+                [
+                    "ats_after",
+                    "line_id",
+                    "order_id",
+                    "qty",
+                    "sequence",
+                    "sku_id",
+                    "tenant_id",
+                    "version"
+                ]
+            );
+            assert_eq!(data["line_id"], line.to_string());
+            assert_eq!(data["order_id"], order.to_string());
+        } else {
+            assert_eq!(keys, ["ats", "sequence", "sku_id", "tenant_id", "version"]);
+        }
+    }
+    let released = &mine[mine.len() - 1].3["data"];
+    assert_eq!(
+        released["qty"], 1,
+        "the event reports the quantity, not the delta"
+    );
+    assert_eq!(released["version"], v + 4);
+
+    // Not enough stock: 422 with the ATS now, and nothing else written.
+    let counts = |db: PgPool| async move {
+        sqlx::query_as::<_, (i64, i64, i64, i64)>(
+            "select (select count(*) from outbox), (select count(*) from changes),
+                    (select count(*) from allocation_ledger), (select version from orders where id = $1)",
+        )
+        .bind(order)
+        .fetch_one(&db)
+        .await
+        .expect("counts")
+    };
+    let before = counts(db.clone()).await;
+    let (on_hand, on_order, allocated) = position(&db, other_sku).await;
+    let ats = on_hand + on_order - allocated;
+    sqlx::query("update sku_positions set on_hand = allocated, on_order = 0 where sku_id = $1")
+        .bind(other_sku)
+        .execute(&db)
+        .await
+        .expect("drain");
+    let r = s
+        .post(
+            &dana,
+            &allocate_path(order, second),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_problem(r.status, &r.json(), 422, "insufficient_ats");
+    assert_eq!(r.json()["ats_available"], 0);
+    assert_eq!(
+        counts(db.clone()).await,
+        before,
+        "a shortfall writes nothing"
+    );
+    assert!(ats > 0, "the SKU had stock before it was drained");
+}
+
+/// Push applies a chunk without savepoints and falls back to one per item
+/// when an item's effects must be undone alone: the answers, the order of
+/// items and blocked_by_earlier are the same either way, and a key whose
+/// answer is not stored stays free.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn push_falls_back_to_savepoints_without_changing_answers(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let austin = demo::customer_id("acme", "Austin Boutique");
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let line = Uuid::now_v7();
+    let missing_line = Uuid::now_v7();
+    let push = |items: Value| {
+        let s = &s;
+        let dana = &dana;
+        async move {
+            s.call(
+                Method::POST,
+                "/v1/sync/push",
+                Some(dana),
+                Some(json!({"mutations": items})),
+            )
+            .await
+        }
+    };
+    let statuses = |out: &Value| -> Vec<i64> {
+        out["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| r["status"].as_i64().expect("status"))
+            .collect()
+    };
+    let keys_stored = |keys: Vec<&'static str>| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "select key from idempotency_keys where key = any($1) order by key",
+            )
+            .bind(keys)
+            .fetch_all(&db)
+            .await
+            .expect("keys")
+        }
+    };
+
+    // A 404 the handler finds after claiming its key (no such line).
+    let (status, out) = push(json!([
+        {"idempotency_key": "f-a", "method": "POST", "path": "/v1/orders",
+         "body": {"id": a, "customer_id": austin}},
+        {"idempotency_key": "f-line", "method": "POST", "path": format!("/v1/orders/{a}/lines"),
+         "body": {"id": line, "sku_id": kestrel_m(), "qty_ordered": 4, "base_version": 1}},
+        {"idempotency_key": "f-404", "method": "POST", "path": allocate_path(a, missing_line),
+         "body": {"qty": 1}},
+        {"idempotency_key": "f-blocked", "method": "POST", "path": allocate_path(a, line),
+         "body": {"qty": 1}},
+        {"idempotency_key": "f-b", "method": "POST", "path": "/v1/orders",
+         "body": {"id": b, "customer_id": austin}},
+    ]))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 201, 404, 424, 201], "{out}");
+    assert_eq!(out["results"][3]["body"]["blocked_by"], "f-404");
+    assert_eq!(
+        keys_stored(vec!["f-a", "f-line", "f-404", "f-blocked", "f-b"]).await,
+        ["f-a", "f-b", "f-line"],
+        "unstored answers leave their keys free"
+    );
+    let (_, doc) = s.get(&format!("/v1/orders/{a}"), &dana).await;
+    assert_eq!(doc["version"], 2, "create and line, each once");
+    assert_eq!(position(&db, kestrel_m()).await.2, 0, "nothing allocated");
+
+    // A key held by a running request: request_in_flight after the bounded
+    // wait, the others run.
+    let k = "f-held";
+    let mut held = db.begin().await.expect("begin");
+    sqlx::query("insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ($1, $2, 'x', 0, '')")
+        .bind(demo::tenant_id("acme"))
+        .bind(k)
+        .execute(&mut *held)
+        .await
+        .expect("hold key");
+    let (c, d) = (Uuid::now_v7(), Uuid::now_v7());
+    let (status, out) = push(json!([
+        {"idempotency_key": "f-c", "method": "POST", "path": "/v1/orders",
+         "body": {"id": c, "customer_id": austin}},
+        {"idempotency_key": k, "method": "POST", "path": allocate_path(a, line), "body": {"qty": 1}},
+        {"idempotency_key": "f-d", "method": "POST", "path": "/v1/orders",
+         "body": {"id": d, "customer_id": austin}},
+    ]))
+    .await;
+    held.rollback().await.expect("rollback");
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 409, 201], "{out}");
+    assert_eq!(out["results"][1]["body"]["code"], "request_in_flight");
+
+    // One key twice in one push: the second replays the first (whose answer
+    // is not yet on its key row), a different request under it is refused.
+    let e = Uuid::now_v7();
+    let create_e = json!({"idempotency_key": "f-dup", "method": "POST", "path": "/v1/orders",
+                          "body": {"id": e, "customer_id": austin}});
+    let (status, out) = push(json!([
+        create_e,
+        create_e,
+        {"idempotency_key": "f-dup", "method": "POST", "path": "/v1/orders",
+         "body": {"id": Uuid::now_v7(), "customer_id": austin}},
+    ]))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 201, 422], "{out}");
+    let r = &out["results"];
+    assert_eq!(
+        (&r[0]["replayed"], &r[1]["replayed"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(r[0]["body"], r[1]["body"]);
+    assert_eq!(r[2]["body"]["code"], "idempotency_key_reused");
+    let replay = s
+        .post(
+            &dana,
+            "/v1/orders",
+            "f-dup",
+            json!({"id": e, "customer_id": austin}),
+        )
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.json(), r[0]["body"], "the answer was stored");
+
+    // More than one transaction's worth, with a 404 (no such customer) in the
+    // second chunk: each chunk commits its own items, in order.
+    let ids: Vec<Uuid> = (0..150).map(|_| Uuid::now_v7()).collect();
+    let items: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let customer = if i == 120 { Uuid::now_v7() } else { austin };
+            json!({"idempotency_key": format!("many-{i}"), "method": "POST", "path": "/v1/orders",
+                   "body": {"id": id, "customer_id": customer}})
+        })
+        .collect();
+    let (status, out) = push(Value::Array(items.clone())).await;
+    assert_eq!(status, StatusCode::OK);
+    let got = statuses(&out);
+    assert_eq!(got.len(), 150);
+    for (i, st) in got.iter().enumerate() {
+        assert_eq!(*st, if i == 120 { 404 } else { 201 }, "item {i}");
+        assert_eq!(out["results"][i]["idempotency_key"], format!("many-{i}"));
+    }
+    let created: i64 = sqlx::query_scalar("select count(*) from orders where id = any($1)")
+        .bind(&ids)
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(created, 149);
+    // The same push again: every stored answer replays, the 404 runs again.
+    let (_, again) = push(Value::Array(items)).await;
+    for (i, r) in again["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(r["replayed"], i != 120, "item {i}");
+        assert_eq!(r["body"], out["results"][i]["body"], "item {i}");
+    }
+    assert_ledgers_match_positions(&db).await;
+}

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize, utoipa::ToSchema)]
@@ -44,7 +44,7 @@ pub struct Delivery {
 
 /// Newest first, optionally one state only.
 pub async fn list(
-    db: &PgPool,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     state: Option<DeliveryState>,
     limit: i64,
@@ -63,13 +63,17 @@ pub async fn list(
     .bind(tenant_id)
     .bind(state.map(DeliveryState::as_str))
     .bind(limit)
-    .fetch_all(db)
+    .fetch_all(conn)
     .await
 }
 
 /// Dead or pending → pending, due now, attempts reset. Delivered ones are left
 /// alone (false), so a double click cannot resend a delivered event.
-pub async fn requeue(db: &PgPool, tenant_id: Uuid, id: i64) -> Result<bool, sqlx::Error> {
+pub async fn requeue(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: i64,
+) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "update deliveries set state = 'pending', attempts = 0, next_attempt_at = now(),
                 dead_lettered_at = null, lease_id = null, lease_expires_at = null
@@ -77,7 +81,7 @@ pub async fn requeue(db: &PgPool, tenant_id: Uuid, id: i64) -> Result<bool, sqlx
     )
     .bind(tenant_id)
     .bind(id)
-    .execute(db)
+    .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -105,7 +109,7 @@ pub struct Stats {
     pub partners: Vec<PartnerStats>,
 }
 
-pub async fn stats(db: &PgPool, tenant_id: Uuid) -> Result<Stats, sqlx::Error> {
+pub async fn stats(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Stats, sqlx::Error> {
     let partners: Vec<PartnerStats> = sqlx::query_as(
         "select p.id as partner_id, p.name, p.enabled, p.paused_reason,
                 count(*) filter (where d.state = 'pending') as pending,
@@ -123,13 +127,13 @@ pub async fn stats(db: &PgPool, tenant_id: Uuid) -> Result<Stats, sqlx::Error> {
           order by p.name",
     )
     .bind(tenant_id)
-    .fetch_all(db)
+    .fetch_all(&mut *conn)
     .await?;
     let unfanned: (i64, Option<DateTime<Utc>>) = sqlx::query_as(
         "select count(*), min(created_at) from outbox where tenant_id = $1 and fanned_out_at is null",
     )
     .bind(tenant_id)
-    .fetch_one(db)
+    .fetch_one(conn)
     .await?;
     let oldest = partners
         .iter()

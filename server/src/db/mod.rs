@@ -9,9 +9,12 @@ pub mod outbox;
 pub mod partners;
 pub mod sessions;
 pub mod skus;
+pub mod tenancy;
 
 use sqlx::migrate::Migrator;
 use sqlx::PgPool;
+
+pub use tenancy::{begin_for_tenant, begin_snapshot_for_tenant};
 
 /// The schema, embedded at compile time from `migrations/`.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");

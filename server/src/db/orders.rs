@@ -37,23 +37,34 @@ const ORDER_COLUMNS: &str = "
     u.display_name as updated_by_name, o.created_at
     from orders o join users u on u.tenant_id = o.tenant_id and u.id = o.updated_by";
 
-/// The whole current document, lines in the order they were added.
+/// The whole current document, lines in the order they were added, in one
+/// statement (every mutation answers with one, so it is a round trip each).
 pub async fn load(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
 ) -> Result<Option<Order>, sqlx::Error> {
-    let row: Option<OrderRow> = sqlx::query_as(&format!(
-        "select {ORDER_COLUMNS} where o.tenant_id = $1 and o.id = $2"
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        order: OrderRow,
+        lines: sqlx::types::Json<Vec<Line>>,
+    }
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "select coalesce((select jsonb_agg(jsonb_build_object(
+                                 'id', l.id, 'sku_id', l.sku_id, 'qty_ordered', l.qty_ordered,
+                                 'qty_allocated', l.qty_allocated) order by l.ordinal)
+                            from order_lines l
+                           where l.tenant_id = o.tenant_id and l.order_id = o.id),
+                         '[]'::jsonb) as lines,
+                {ORDER_COLUMNS}
+          where o.tenant_id = $1 and o.id = $2"
     ))
     .bind(tenant_id)
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
-    match row {
-        Some(row) => Ok(assemble(conn, tenant_id, vec![row]).await?.pop()),
-        None => Ok(None),
-    }
+    row.map(|row| document(row.order, row.lines.0)).transpose()
 }
 
 /// Several whole documents by id, in no particular order (the pull feed's
@@ -117,34 +128,39 @@ async fn assemble(
     .await?;
     rows.into_iter()
         .map(|r| {
-            let status = OrderStatus::parse(&r.status).ok_or_else(|| {
-                sqlx::Error::Decode(format!("unknown order status {:?}", r.status).into())
-            })?;
-            Ok(Order {
-                lines: lines
-                    .iter()
-                    .filter(|l| l.order_id == r.id)
-                    .map(|l| Line {
-                        id: l.id,
-                        sku_id: l.sku_id,
-                        qty_ordered: l.qty_ordered,
-                        qty_allocated: l.qty_allocated,
-                    })
-                    .collect(),
-                id: r.id,
-                customer_id: r.customer_id,
-                customer_po: r.customer_po,
-                ship_window_start: r.ship_window_start,
-                ship_window_end: r.ship_window_end,
-                notes: r.notes,
-                status,
-                version: r.version,
-                invoice_id: r.invoice_id,
-                updated_at: r.updated_at,
-                updated_by: r.updated_by,
-                updated_by_name: r.updated_by_name,
-                created_at: r.created_at,
-            })
+            let mine = lines
+                .iter()
+                .filter(|l| l.order_id == r.id)
+                .map(|l| Line {
+                    id: l.id,
+                    sku_id: l.sku_id,
+                    qty_ordered: l.qty_ordered,
+                    qty_allocated: l.qty_allocated,
+                })
+                .collect();
+            document(r, mine)
         })
         .collect()
+}
+
+fn document(r: OrderRow, lines: Vec<Line>) -> Result<Order, sqlx::Error> {
+    let status = OrderStatus::parse(&r.status).ok_or_else(|| {
+        sqlx::Error::Decode(format!("unknown order status {:?}", r.status).into())
+    })?;
+    Ok(Order {
+        lines,
+        id: r.id,
+        customer_id: r.customer_id,
+        customer_po: r.customer_po,
+        ship_window_start: r.ship_window_start,
+        ship_window_end: r.ship_window_end,
+        notes: r.notes,
+        status,
+        version: r.version,
+        invoice_id: r.invoice_id,
+        updated_at: r.updated_at,
+        updated_by: r.updated_by,
+        updated_by_name: r.updated_by_name,
+        created_at: r.created_at,
+    })
 }

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// A partner as operators see it; the secret is never part of it.
@@ -23,7 +23,7 @@ pub struct Partner {
 const COLUMNS: &str = "id, name, url, event_types, enabled, paused_reason, created_at, updated_at";
 
 pub async fn create(
-    db: &PgPool,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     name: &str,
     url: &str,
@@ -40,22 +40,22 @@ pub async fn create(
     .bind(url)
     .bind(event_types)
     .bind(secret)
-    .fetch_one(db)
+    .fetch_one(conn)
     .await
 }
 
-pub async fn list(db: &PgPool, tenant_id: Uuid) -> Result<Vec<Partner>, sqlx::Error> {
+pub async fn list(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Vec<Partner>, sqlx::Error> {
     sqlx::query_as(&format!(
         "select {COLUMNS} from partners where tenant_id = $1 order by name, id"
     ))
     .bind(tenant_id)
-    .fetch_all(db)
+    .fetch_all(conn)
     .await
 }
 
 /// Changes what is given; enabling a paused partner clears why it was paused.
 pub async fn update(
-    db: &PgPool,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
     enabled: Option<bool>,
@@ -77,13 +77,13 @@ pub async fn update(
     .bind(enabled)
     .bind(url)
     .bind(event_types)
-    .fetch_optional(db)
+    .fetch_optional(conn)
     .await
 }
 
 /// Installs a new secret; the old one keeps signing (alongside) for `grace`.
 pub async fn rotate_secret(
-    db: &PgPool,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
     new_secret: &str,
@@ -98,14 +98,14 @@ pub async fn rotate_secret(
     .bind(id)
     .bind(new_secret)
     .bind(grace.num_seconds() as f64)
-    .execute(db)
+    .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
 }
 
 /// The relay's 410 Gone: stop sending until an operator re-enables.
 pub async fn pause(
-    db: &PgPool,
+    conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
     reason: &str,
@@ -117,7 +117,7 @@ pub async fn pause(
     .bind(tenant_id)
     .bind(id)
     .bind(reason)
-    .execute(db)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Tenants, users and device tokens: sign-in, token lookup, revocation.
 
 use holdfast_protocol::model::{Role, SessionTenant, SessionUser};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth;
@@ -108,14 +108,14 @@ pub async fn caller_for_token(db: &PgPool, token: &str) -> Result<Option<Caller>
 }
 
 /// Revokes one token; every later request with it is a 401.
-pub async fn revoke(db: &PgPool, caller: &Caller) -> Result<(), sqlx::Error> {
+pub async fn revoke(conn: &mut PgConnection, caller: &Caller) -> Result<(), sqlx::Error> {
     sqlx::query(
         "update device_tokens set revoked_at = now()
           where tenant_id = $1 and id = $2 and revoked_at is null",
     )
     .bind(caller.tenant_id)
     .bind(caller.token_id)
-    .execute(db)
+    .execute(conn)
     .await?;
     Ok(())
 }

@@ -11,13 +11,14 @@
 //! retention, so a retry arriving after its key was reaped still finds "this
 //! already happened" and answers with the current order instead of doubling.
 
-use holdfast_protocol::model::{AllocationResult, OrderStatus};
+use chrono::{DateTime, Utc};
+use holdfast_protocol::model::{AllocationResult, Line, Order, OrderStatus};
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde_json::json;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::orders::{bump_in_tx, line, load, lock_order, over_allocation, require_status};
+use super::orders::{load, lock_order, over_allocation, require_status};
 use super::Done;
 use crate::db::changes::{record_in_tx, DocKind};
 use crate::db::outbox::{enqueue_in_tx, Aggregate};
@@ -34,26 +35,128 @@ pub(crate) async fn allocate(
     line_id: Uuid,
     qty: i64,
 ) -> Result<Done, ApiError> {
+    move_line(
+        conn,
+        caller,
+        key,
+        order_id,
+        line_id,
+        qty,
+        Direction::Allocate,
+    )
+    .await
+}
+
+pub(crate) async fn release(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &str,
+    order_id: Uuid,
+    line_id: Uuid,
+    qty: i64,
+) -> Result<Done, ApiError> {
+    move_line(
+        conn,
+        caller,
+        key,
+        order_id,
+        line_id,
+        qty,
+        Direction::Release,
+    )
+    .await
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Allocate,
+    Release,
+}
+
+/// Allocate or release `qty` on one line in three statements (the engine
+/// adds the key's claim and its stored answer):
+///
+/// 1. lock the order row (its whole header comes back with the lock);
+/// 2. read its lines and look for this key in the ledger (a late retry),
+///    after the lock, so no other mutation can change them until we commit;
+///    then decide every rejection (status, line, over-allocation) in memory;
+/// 3. [`FOLDED_MOVE`]: the position update — the ATS check in its WHERE
+///    clause — and every write that depends on it, in one statement;
+///
+/// and answer with the document built from 1, 2 and 3 (no re-read). The SKU
+/// row, the hot one, is locked from statement 3 to the commit, so only
+/// storing the answer and the commit wait behind it (the sequential version
+/// held it for 12 round trips). A shortfall reads the ATS once more, outside
+/// any write.
+#[allow(clippy::too_many_arguments)]
+async fn move_line(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &str,
+    order_id: Uuid,
+    line_id: Uuid,
+    qty: i64,
+    direction: Direction,
+) -> Result<Done, ApiError> {
     let t = caller.tenant_id;
     let locked = lock_order(conn, t, order_id)
         .await?
         .ok_or_else(|| ApiError::not_found("order"))?;
-    if let Some(done) = late_retry(conn, t, key, order_id, line_id).await? {
-        return Ok(done);
+    let (late_sku, mut lines) = lines_and_ledger(conn, t, key, order_id, line_id).await?;
+    if let Some(sku_id) = late_sku {
+        return late_retry(conn, t, sku_id, order_id).await;
     }
     require_status(&locked, ALLOCATABLE)?;
-    let (sku_id, qty_ordered, qty_allocated) = line(conn, t, order_id, line_id).await?;
-    if qty_allocated + qty > qty_ordered {
-        return Err(over_allocation(
-            format!("the line ordered {qty_ordered} and has {qty_allocated} allocated; {qty} more would exceed it"),
-            qty_ordered,
-            qty_allocated,
-        ));
-    }
-    // The hot row: as late as possible, so its lock is held only for the
-    // few writes below and the commit.
-    let moved = move_position_in_tx(conn, t, sku_id, qty).await?;
-    let Some((ats_after, sku_version, sku_seq)) = moved else {
+    let at = lines
+        .iter()
+        .position(|l| l.id == line_id)
+        .ok_or_else(|| ApiError::not_found("line on this order"))?;
+    let Line {
+        sku_id,
+        qty_ordered,
+        qty_allocated,
+        ..
+    } = lines[at];
+    let delta = match direction {
+        Direction::Allocate => {
+            if qty_allocated + qty > qty_ordered {
+                return Err(over_allocation(
+                    format!("the line ordered {qty_ordered} and has {qty_allocated} allocated; {qty} more would exceed it"),
+                    qty_ordered,
+                    qty_allocated,
+                ));
+            }
+            qty
+        }
+        Direction::Release => {
+            if qty > qty_allocated {
+                return Err(over_allocation(
+                    format!("only {qty_allocated} allocated on this line; cannot release {qty}"),
+                    qty_ordered,
+                    qty_allocated,
+                ));
+            }
+            -qty
+        }
+    };
+    let moved = folded_move(
+        conn,
+        caller,
+        key,
+        direction,
+        order_id,
+        line_id,
+        sku_id,
+        delta,
+        locked.version,
+    )
+    .await?;
+    let Some(moved) = moved else {
+        if direction == Direction::Release {
+            return Err(ApiError::Internal(anyhow::anyhow!(
+                "releasing {qty} of SKU {sku_id} was refused"
+            )));
+        }
         let ats: i64 = sqlx::query_scalar(
             "select on_hand + on_order - allocated from sku_positions where tenant_id = $1 and sku_id = $2",
         )
@@ -69,103 +172,82 @@ pub(crate) async fn allocate(
         .with("requested", qty)
         .into());
     };
-    sqlx::query("update order_lines set qty_allocated = qty_allocated + $3 where tenant_id = $1 and id = $2")
-        .bind(t)
-        .bind(line_id)
-        .bind(qty)
-        .execute(&mut *conn)
-        .await?;
-    let (version, seq) = bump_in_tx(conn, caller, order_id, locked.version, 1).await?;
-    ledger_in_tx(
-        conn, caller, key, "allocate", order_id, line_id, sku_id, qty,
-    )
-    .await?;
-    position_events_in_tx(conn, t, sku_id, ats_after, sku_version, sku_seq).await?;
-    let facts = json!({"line_id": line_id, "sku_id": sku_id, "qty": qty, "ats_after": ats_after});
-    enqueue_in_tx(
-        conn,
-        t,
-        "order.line_allocated",
-        Aggregate::Order(order_id),
-        seq,
-        version,
-        facts,
-    )
-    .await?;
-    let order = load(conn, t, order_id).await?;
-    Done::ok(AllocationResult { order, ats_after })
+    lines[at].qty_allocated = moved.qty_allocated;
+    let order = Order {
+        id: order_id,
+        customer_id: locked.customer_id,
+        customer_po: locked.customer_po,
+        ship_window_start: locked.ship_window_start,
+        ship_window_end: locked.ship_window_end,
+        notes: locked.notes,
+        status: locked.status,
+        version: moved.version,
+        invoice_id: locked.invoice_id,
+        lines,
+        updated_at: moved.updated_at,
+        updated_by: caller.user_id,
+        updated_by_name: moved.updated_by_name,
+        created_at: locked.created_at,
+    };
+    Done::ok(AllocationResult {
+        order,
+        ats_after: moved.ats_after,
+    })
 }
 
-pub(crate) async fn release(
+/// The order's lines in document order, and the SKU of this key's ledger row
+/// for this line if there is one (the request already happened). One row
+/// even when the order has no lines.
+async fn lines_and_ledger(
     conn: &mut PgConnection,
-    caller: &Caller,
+    tenant_id: Uuid,
     key: &str,
     order_id: Uuid,
     line_id: Uuid,
-    qty: i64,
-) -> Result<Done, ApiError> {
-    let t = caller.tenant_id;
-    let locked = lock_order(conn, t, order_id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("order"))?;
-    if let Some(done) = late_retry(conn, t, key, order_id, line_id).await? {
-        return Ok(done);
-    }
-    require_status(&locked, ALLOCATABLE)?;
-    let (sku_id, qty_ordered, qty_allocated) = line(conn, t, order_id, line_id).await?;
-    if qty > qty_allocated {
-        return Err(over_allocation(
-            format!("only {qty_allocated} allocated on this line; cannot release {qty}"),
-            qty_ordered,
-            qty_allocated,
-        ));
-    }
-    let ats_after =
-        release_position_in_tx(conn, caller, key, "release", order_id, line_id, sku_id, qty)
-            .await?;
-    sqlx::query("update order_lines set qty_allocated = qty_allocated - $3 where tenant_id = $1 and id = $2")
-        .bind(t)
-        .bind(line_id)
-        .bind(qty)
-        .execute(&mut *conn)
-        .await?;
-    let (version, seq) = bump_in_tx(conn, caller, order_id, locked.version, 1).await?;
-    let facts = json!({"line_id": line_id, "sku_id": sku_id, "qty": qty, "ats_after": ats_after});
-    enqueue_in_tx(
-        conn,
-        t,
-        "order.line_released",
-        Aggregate::Order(order_id),
-        seq,
-        version,
-        facts,
+) -> Result<(Option<Uuid>, Vec<Line>), ApiError> {
+    type Row = (
+        Option<Uuid>,
+        Option<Uuid>,
+        Option<Uuid>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "select x.late_sku, l.id, l.sku_id, l.qty_ordered, l.qty_allocated
+           from (select (select sku_id from allocation_ledger
+                          where tenant_id = $1 and idempotency_key = $3 and line_id = $4
+                            and order_id = $2) as late_sku) x
+           left join order_lines l on l.tenant_id = $1 and l.order_id = $2
+          order by l.ordinal",
     )
+    .bind(tenant_id)
+    .bind(order_id)
+    .bind(key)
+    .bind(line_id)
+    .fetch_all(&mut *conn)
     .await?;
-    let order = load(conn, t, order_id).await?;
-    Done::ok(AllocationResult { order, ats_after })
+    let late_sku = rows.first().and_then(|r| r.0);
+    let lines = rows
+        .into_iter()
+        .filter_map(|(_, id, sku_id, qty_ordered, qty_allocated)| {
+            Some(Line {
+                id: id?,
+                sku_id: sku_id?,
+                qty_ordered: qty_ordered?,
+                qty_allocated: qty_allocated?,
+            })
+        })
+        .collect();
+    Ok((late_sku, lines))
 }
 
 /// A retry whose key was already reaped: the ledger still knows it happened.
 async fn late_retry(
     conn: &mut PgConnection,
     tenant_id: Uuid,
-    key: &str,
+    sku_id: Uuid,
     order_id: Uuid,
-    line_id: Uuid,
-) -> Result<Option<Done>, ApiError> {
-    let sku_id: Option<Uuid> = sqlx::query_scalar(
-        "select sku_id from allocation_ledger
-          where tenant_id = $1 and idempotency_key = $2 and line_id = $3 and order_id = $4",
-    )
-    .bind(tenant_id)
-    .bind(key)
-    .bind(line_id)
-    .bind(order_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(sku_id) = sku_id else {
-        return Ok(None);
-    };
+) -> Result<Done, ApiError> {
     let ats_after: i64 = sqlx::query_scalar(
         "select on_hand + on_order - allocated from sku_positions where tenant_id = $1 and sku_id = $2",
     )
@@ -176,7 +258,174 @@ async fn late_retry(
     let order = load(conn, tenant_id, order_id).await?;
     let mut done = Done::ok(AllocationResult { order, ats_after })?;
     done.replayed = true;
-    Ok(Some(done))
+    Ok(done)
+}
+
+/// What [`FOLDED_MOVE`] changed.
+struct Moved {
+    ats_after: i64,
+    version: i64,
+    updated_at: DateTime<Utc>,
+    qty_allocated: i64,
+    updated_by_name: String,
+}
+
+/// One allocation or release as a single data-modifying statement. `pos` is
+/// the atomic conditional update of the position (the ATS check in its WHERE
+/// clause); every other write — the line, the order's version and event
+/// sequence (compare-and-swap on the version we locked), the ledger row with
+/// the idempotency key under its unique constraint, the order's and the SKU's
+/// feed rows, both outbox events — selects from `pos` (or from `ord`, which
+/// does), so when the stock is not there nothing at all is written and the
+/// statement returns no row. Sub-statements of one statement all see the same
+/// snapshot and none sees another's changes, so everything the answer needs
+/// comes back through RETURNING. The event bodies are those
+/// `db::outbox::enqueue_in_tx` builds: jsonb keeps no key order, so building
+/// them here stores the same value.
+///
+/// Parameters: $1 tenant, $2 SKU, $3 delta (+allocate, −release), $4 order,
+/// $5 line, $6 key, $7 user, $8 the locked order version, $9 the event
+/// timestamp, $10 the ledger reason, $11 the order event's type, $12 the
+/// quantity the event reports (positive); the broken build adds $13.
+macro_rules! folded_move {
+    ($position_update:literal) => {
+        concat!(
+            "with pos as (",
+            $position_update,
+            "
+), line as (
+    update order_lines set qty_allocated = qty_allocated + $3
+     where tenant_id = $1 and id = $5 and order_id = $4 and exists (select 1 from pos)
+    returning qty_allocated
+), ord as (
+    update orders set version = version + 1, event_seq = event_seq + 1, updated_at = now(), updated_by = $7
+     where tenant_id = $1 and id = $4 and version = $8 and exists (select 1 from pos)
+    returning version, event_seq, updated_at
+), ledger as (
+    insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by)
+    select $1, $2, $4, $5, $3, $10, $6, $7 from pos
+), feed as (
+    insert into changes (tenant_id, kind, doc_id, version)
+    select $1, 'order', $4, ord.version from ord
+    union all
+    select $1, 'sku', $2, pos.version from pos
+), events as (
+    insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload)
+    select $1, 'sku.ats_changed', 'sku', $2, pos.event_seq,
+           jsonb_build_object('type', 'sku.ats_changed', 'timestamp', $9::text,
+               'data', jsonb_build_object('ats', pos.ats_after, 'tenant_id', $1, 'sku_id', $2,
+                                          'sequence', pos.event_seq, 'version', pos.version))
+      from pos
+    union all
+    select $1, $11, 'order', $4, ord.event_seq,
+           jsonb_build_object('type', $11::text, 'timestamp', $9::text,
+               'data', jsonb_build_object('line_id', $5, 'sku_id', $2, 'qty', $12,
+                                          'ats_after', pos.ats_after, 'tenant_id', $1, 'order_id', $4,
+                                          'sequence', ord.event_seq, 'version', ord.version))
+      from pos, ord
+)
+select pos.ats_after, ord.version, ord.updated_at, line.qty_allocated,
+       (select display_name from users where tenant_id = $1 and id = $7)
+  from pos left join ord on true left join line on true"
+        )
+    };
+}
+
+#[cfg(not(feature = "broken-allocation"))]
+const FOLDED_MOVE: &str = folded_move!(
+    "
+    update sku_positions
+       set allocated = allocated + $3, version = version + 1, event_seq = event_seq + 1, updated_at = now()
+     where tenant_id = $1 and sku_id = $2 and on_hand + on_order - allocated >= $3
+    returning on_hand + on_order - allocated as ats_after, version, event_seq"
+);
+
+/// DELIBERATELY BROKEN (the `broken-allocation` feature, see
+/// [`move_position_in_tx`]'s broken twin): a blind write of a value computed
+/// from an earlier plain read, $13, with no ATS check in the WHERE clause.
+#[cfg(feature = "broken-allocation")]
+const FOLDED_MOVE: &str = folded_move!(
+    "
+    update sku_positions
+       set allocated = $13, version = version + 1, event_seq = event_seq + 1, updated_at = now()
+     where tenant_id = $1 and sku_id = $2
+    returning on_hand + on_order - allocated as ats_after, version, event_seq"
+);
+
+/// Runs [`FOLDED_MOVE`]; `None` when the stock is not there (nothing was
+/// written). A matched position with no order or line row behind it is a
+/// bug, reported as an internal error (the caller rolls back).
+#[allow(clippy::too_many_arguments)]
+async fn folded_move(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &str,
+    direction: Direction,
+    order_id: Uuid,
+    line_id: Uuid,
+    sku_id: Uuid,
+    delta: i64,
+    order_version: i64,
+) -> Result<Option<Moved>, ApiError> {
+    type Row = (
+        i64,
+        Option<i64>,
+        Option<DateTime<Utc>>,
+        Option<i64>,
+        Option<String>,
+    );
+    let (reason, event_type) = match direction {
+        Direction::Allocate => ("allocate", "order.line_allocated"),
+        Direction::Release => ("release", "order.line_released"),
+    };
+    let timestamp = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let query = sqlx::query_as::<_, Row>(FOLDED_MOVE)
+        .bind(caller.tenant_id)
+        .bind(sku_id)
+        .bind(delta)
+        .bind(order_id)
+        .bind(line_id)
+        .bind(key)
+        .bind(caller.user_id)
+        .bind(order_version)
+        .bind(timestamp)
+        .bind(reason)
+        .bind(event_type)
+        .bind(delta.abs());
+    #[cfg(feature = "broken-allocation")]
+    let query = {
+        let read: Option<(i64, i64)> = sqlx::query_as(
+            "select allocated, on_hand + on_order - allocated from sku_positions
+              where tenant_id = $1 and sku_id = $2",
+        )
+        .bind(caller.tenant_id)
+        .bind(sku_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match read {
+            Some((allocated, ats)) if ats >= delta => query.bind(allocated + delta),
+            _ => return Ok(None),
+        }
+    };
+    let Some((ats_after, version, updated_at, qty_allocated, name)) =
+        query.fetch_optional(&mut *conn).await?
+    else {
+        return Ok(None);
+    };
+    let (Some(version), Some(updated_at), Some(qty_allocated), Some(updated_by_name)) =
+        (version, updated_at, qty_allocated, name)
+    else {
+        return Err(ApiError::Internal(anyhow::anyhow!(
+            "SKU {sku_id} moved but order {order_id} / line {line_id} did not follow"
+        )));
+    };
+    Ok(Some(Moved {
+        ats_after,
+        version,
+        updated_at,
+        qty_allocated,
+        updated_by_name,
+    }))
 }
 
 /// The atomic conditional update: allocates `qty` (negative releases) only if

@@ -1,82 +1,330 @@
 //! Batch push: a reconnecting desk's queued mutations, applied in order
 //! through the same engine as single REST calls, with few commits.
 //!
-//! Items share a transaction (one fsync for many mutations), each inside a
-//! savepoint so an item that must be undone — a 400, a lock wait that timed
-//! out, an unexpected SQL error — is undone alone. A transaction is committed
-//! and a new one begun after `MAX_ITEMS_PER_TX` items or `MAX_TX_TIME`, so a
-//! batch never holds a hot SKU's row lock for long.
+//! Items share a transaction (one fsync for many mutations). A transaction is
+//! committed and a new one begun after `MAX_ITEMS_PER_TX` items or
+//! `MAX_TX_TIME`, so a batch never holds a hot SKU's row lock for long. Each
+//! such chunk is applied one of two ways:
+//!
+//! * **Straight** (first): no savepoints. Each item claims its key (one
+//!   statement, its `lock_timeout` bound set and lifted inside it, see
+//!   `idempotency::claim_in_tx`) and runs its handler; the chunk's answers
+//!   are stored on their key rows in one statement just before the commit.
+//!   Per item that is 5 round trips fewer than a savepoint, a bound, a reset,
+//!   a store and a release around the same work.
+//! * **With a savepoint per item** (the fallback): exactly the engine as a
+//!   REST call runs it, each item undone alone when it must be.
+//!
+//! Why the straight way is sound: it only ever commits a transaction that
+//! holds exactly the effects of items whose answers it reports. An item's
+//! answer comes from one of these, and for each we know what the item left
+//! in the transaction:
+//!
+//! * a 424 `blocked_by_earlier`, or a check that needs no database (key
+//!   length, role, route, body: `engine::prepare`) — nothing was executed;
+//! * its key was already answered (a replay, or `idempotency_key_reused`) —
+//!   the claim inserted nothing and the stored answer was only read;
+//! * its key was claimed and the handler's answer is kept (a success or a
+//!   stored rejection) — these are the item's effects, as in a REST call; a
+//!   stored rejection is decided before the handler's first write, so it
+//!   writes only the key row (the engine's rule, `engine` module docs).
+//!   Storing the answer at the end of the chunk instead of after the item
+//!   changes nothing another transaction can see (nobody sees the claimed
+//!   row before the commit, and a duplicate waits for the commit); the one
+//!   reader in between, a later item of the same chunk with the same key,
+//!   is answered from the kept answers as the stored row would answer it.
+//!
+//! Everything else could leave something behind that must not commit, so the
+//! straight attempt stops at it, rolls the whole transaction back, and the
+//! chunk is applied again from its first item with a savepoint per item:
+//!
+//! * the claim's wait for a key held by a running request timed out — that
+//!   error aborts the transaction (the fallback answers `request_in_flight`
+//!   after the same bounded wait);
+//! * a claimed key whose answer is not stored (a 404 or 400 the handler
+//!   found) — the key row must not commit, and undoing it is a savepoint's
+//!   job (the request role may not delete keys);
+//! * any unexpected error (a lock timeout elsewhere, a deadlock, a bug, or
+//!   storing the answers not finding every claimed row) — the fallback
+//!   answers that item 500 and runs the others, as before.
+//!
+//! The redo starts from the state before the chunk: no result of the
+//! abandoned attempt is reported and the map of failed orders is restored,
+//! so the order of items and the per-order `blocked_by_earlier` rule are
+//! exactly those of one pass with savepoints. (Counters such as replays or
+//! rejections may count an item of an abandoned attempt twice.) The database
+//! being unavailable is not retried: the push answers 503, as before.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use holdfast_protocol::model::{PushItem, PushResult};
 use holdfast_protocol::problem::{Problem, ProblemCode};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{execute_in_tx, route, Outcome, Request, Step};
+use super::idempotency::{self, Claim};
+use super::{
+    execute_in_tx, prepare, route, run_handler, settle, Outcome, Request, Step, KEY_LOCK_TIMEOUT,
+};
+use crate::db::begin_for_tenant;
 use crate::http::Caller;
 
 pub const MAX_ITEMS: usize = 500;
 const MAX_ITEMS_PER_TX: usize = 100;
 const MAX_TX_TIME: Duration = Duration::from_millis(250);
 
+/// Order id → key of the first item on it that did not succeed.
+type Failed = HashMap<Uuid, String>;
+
 pub async fn push(
     db: &PgPool,
     caller: &Caller,
     items: Vec<PushItem>,
 ) -> anyhow::Result<Vec<PushResult>> {
-    let mut results = Vec::with_capacity(items.len());
-    // Order id → key of the first item on it that did not succeed.
-    let mut failed: HashMap<Uuid, String> = HashMap::new();
-    let mut tx: Option<(Transaction<'static, Postgres>, Instant, usize)> = None;
-
-    for item in items {
-        let hint = route::order_hint(&item.path, &item.body);
-        if let Some(blocker) = hint.and_then(|o| failed.get(&o)) {
-            let p = Problem::new(
-                ProblemCode::BlockedByEarlier,
-                "an earlier mutation on this order in the batch did not succeed; this one was not run",
-            )
-            .with("blocked_by", blocker);
-            results.push(result(item.idempotency_key, &Outcome::problem(&p)));
-            continue;
-        }
-
-        let (t, started, count) = match tx.take() {
-            Some(open) if open.1.elapsed() < MAX_TX_TIME && open.2 < MAX_ITEMS_PER_TX => open,
-            Some((open, _, _)) => {
-                open.commit().await?;
-                (db.begin().await?, Instant::now(), 0)
-            }
-            None => (db.begin().await?, Instant::now(), 0),
-        };
-        let mut t = t;
-        sqlx::query("savepoint item").execute(&mut *t).await?;
-        let req = Request {
-            key: item.idempotency_key.clone(),
+    let items: Vec<Request> = items
+        .into_iter()
+        .map(|item| Request {
+            key: item.idempotency_key,
             method: item.method,
             path: item.path,
             body: item.body,
+        })
+        .collect();
+    let mut results = Vec::with_capacity(items.len());
+    let mut failed = Failed::new();
+    while results.len() < items.len() {
+        let rest = &items[results.len()..];
+        let before = failed.clone();
+        let answers = match straight_chunk(db, caller, rest, &mut failed).await? {
+            Ok(answers) => answers,
+            Err(redo) => {
+                failed = before;
+                metrics::counter!("holdfast_push_chunks_redone_total").increment(1);
+                tracing::info!(
+                    key = %rest[redo.at].key,
+                    reason = redo.reason,
+                    "batch chunk applied again with a savepoint per item"
+                );
+                savepoint_chunk(db, caller, rest, &mut failed).await?
+            }
         };
-        let outcome = match execute_in_tx(&mut t, caller, &req).await {
+        results.extend(answers);
+    }
+    Ok(results)
+}
+
+/// Why a straight attempt was abandoned, and at which item of the chunk.
+struct Redo {
+    at: usize,
+    reason: &'static str,
+}
+
+/// True when the chunk begun at `started` holds `count` items: commit it.
+fn chunk_full(count: usize, started: Instant) -> bool {
+    count >= MAX_ITEMS_PER_TX || (count > 0 && started.elapsed() >= MAX_TX_TIME)
+}
+
+/// 424 for an item on an order an earlier item of the batch failed on.
+fn blocked(failed: &Failed, hint: Option<Uuid>) -> Option<Outcome> {
+    let blocker = hint.and_then(|o| failed.get(&o))?;
+    let p = Problem::new(
+        ProblemCode::BlockedByEarlier,
+        "an earlier mutation on this order in the batch did not succeed; this one was not run",
+    )
+    .with("blocked_by", blocker);
+    Some(Outcome::problem(&p))
+}
+
+fn note(failed: &mut Failed, hint: Option<Uuid>, key: &str, outcome: &Outcome) {
+    if !outcome.is_success() {
+        if let Some(order) = hint {
+            failed.entry(order).or_insert_with(|| key.to_owned());
+        }
+    }
+}
+
+/// One chunk from the front of `items` without savepoints; its answers once
+/// committed, or `Err(Redo)` after rolling it back (see the module docs).
+async fn straight_chunk(
+    db: &PgPool,
+    caller: &Caller,
+    items: &[Request],
+    failed: &mut Failed,
+) -> anyhow::Result<Result<Vec<PushResult>, Redo>> {
+    let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    let mut to_store = ToStore::default();
+    for (at, req) in items.iter().enumerate() {
+        if chunk_full(at, started) {
+            break;
+        }
+        let hint = route::order_hint(&req.path, &req.body);
+        let outcome = match blocked(failed, hint) {
+            Some(outcome) => outcome,
+            None => match straight_item(&mut tx, caller, req, &mut to_store).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(reason)) => {
+                    tx.rollback().await?;
+                    return Ok(Err(Redo { at, reason }));
+                }
+                Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), key = %req.key, "batch item failed");
+                    tx.rollback().await?;
+                    return Ok(Err(Redo {
+                        at,
+                        reason: "unexpected error",
+                    }));
+                }
+            },
+        };
+        note(failed, hint, &req.key, &outcome);
+        answers.push(result(req.key.clone(), &outcome));
+    }
+    if !to_store.keys.is_empty() {
+        let stored = idempotency::store_many_in_tx(
+            &mut tx,
+            caller.tenant_id,
+            &to_store.keys,
+            &to_store.statuses,
+            &to_store.bodies,
+        )
+        .await;
+        match stored {
+            Ok(n) if n == to_store.keys.len() as u64 => {}
+            Err(e) if crate::error::is_unavailable(&e) => return Err(e.into()),
+            other => {
+                tracing::warn!(result = ?other, "storing a chunk's answers failed");
+                tx.rollback().await?;
+                return Ok(Err(Redo {
+                    at: 0,
+                    reason: "storing the answers failed",
+                }));
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(Ok(answers))
+}
+
+/// The answers a straight chunk has kept, stored on their key rows in one
+/// statement just before the commit; until then a later item of the chunk
+/// with the same key replays from here.
+#[derive(Default)]
+struct ToStore {
+    keys: Vec<String>,
+    statuses: Vec<i16>,
+    bodies: Vec<Vec<u8>>,
+    /// Key → (fingerprint, index in the vectors above).
+    by_key: HashMap<String, (String, usize)>,
+}
+
+impl ToStore {
+    fn push(&mut self, key: &str, fingerprint: String, outcome: &Outcome) {
+        self.by_key
+            .insert(key.to_owned(), (fingerprint, self.keys.len()));
+        self.keys.push(key.to_owned());
+        self.statuses.push(outcome.status as i16);
+        self.bodies.push(outcome.body.clone());
+    }
+
+    /// A key claimed earlier in this chunk, as the claim would find it.
+    fn claim(&self, key: &str, fingerprint: &str) -> Option<Claim> {
+        let (stored_fingerprint, i) = self.by_key.get(key)?;
+        Some(idempotency::resolve(
+            fingerprint,
+            stored_fingerprint,
+            self.statuses[*i],
+            self.bodies[*i].clone(),
+        ))
+    }
+}
+
+/// One item without a savepoint: its answer when the transaction now holds
+/// exactly its effects, or why the chunk must be redone.
+async fn straight_item(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    req: &Request,
+    to_store: &mut ToStore,
+) -> anyhow::Result<Result<Outcome, &'static str>> {
+    let prepared = match prepare(caller, req) {
+        Ok(prepared) => prepared,
+        Err(outcome) => return Ok(Ok(outcome)),
+    };
+    let claim = match to_store.claim(&req.key, &prepared.fingerprint) {
+        Some(claim) => claim,
+        None => {
+            idempotency::claim_in_tx(
+                conn,
+                caller.tenant_id,
+                &req.key,
+                &prepared.fingerprint,
+                KEY_LOCK_TIMEOUT,
+            )
+            .await?
+        }
+    };
+    if matches!(claim, Claim::InFlight) {
+        return Ok(Err("key held by a running request"));
+    }
+    if let Some(Step::Keep(outcome) | Step::Discard(outcome)) = settle(claim) {
+        // A replay or a reused key: the claim inserted nothing.
+        return Ok(Ok(outcome));
+    }
+    match run_handler(conn, caller, &req.key, prepared.mutation).await? {
+        Step::Keep(outcome) => {
+            to_store.push(&req.key, prepared.fingerprint, &outcome);
+            Ok(Ok(outcome))
+        }
+        Step::Discard(_) => Ok(Err("claimed key with an unstored answer")),
+    }
+}
+
+/// One chunk from the front of `items` with a savepoint per item, each item
+/// undone alone when it must be; its answers once committed.
+async fn savepoint_chunk(
+    db: &PgPool,
+    caller: &Caller,
+    items: &[Request],
+    failed: &mut Failed,
+) -> anyhow::Result<Vec<PushResult>> {
+    let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    for (at, req) in items.iter().enumerate() {
+        if chunk_full(at, started) {
+            break;
+        }
+        let hint = route::order_hint(&req.path, &req.body);
+        if let Some(outcome) = blocked(failed, hint) {
+            answers.push(result(req.key.clone(), &outcome));
+            continue;
+        }
+        sqlx::query("savepoint item").execute(&mut *tx).await?;
+        let outcome = match execute_in_tx(&mut tx, caller, req).await {
             Ok(Step::Keep(outcome)) => {
                 sqlx::query("release savepoint item")
-                    .execute(&mut *t)
+                    .execute(&mut *tx)
                     .await?;
                 outcome
             }
             Ok(Step::Discard(outcome)) => {
                 sqlx::query("rollback to savepoint item")
-                    .execute(&mut *t)
+                    .execute(&mut *tx)
                     .await?;
                 outcome
             }
+            // The database went away (or refuses writes): so will every later
+            // item. Answer the whole push 503; this transaction rolls back
+            // and the desk retries the batch, replaying what committed.
+            Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
             Err(e) => {
                 tracing::error!(error = format!("{e:#}"), key = %req.key, "batch item failed");
                 sqlx::query("rollback to savepoint item")
-                    .execute(&mut *t)
+                    .execute(&mut *tx)
                     .await?;
                 Outcome::problem(&Problem::new(
                     ProblemCode::Internal,
@@ -84,18 +332,11 @@ pub async fn push(
                 ))
             }
         };
-        if !outcome.is_success() {
-            if let Some(order) = hint {
-                failed.entry(order).or_insert_with(|| req.key.clone());
-            }
-        }
-        results.push(result(req.key, &outcome));
-        tx = Some((t, started, count + 1));
+        note(failed, hint, &req.key, &outcome);
+        answers.push(result(req.key.clone(), &outcome));
     }
-    if let Some((t, _, _)) = tx {
-        t.commit().await?;
-    }
-    Ok(results)
+    tx.commit().await?;
+    Ok(answers)
 }
 
 fn result(key: String, outcome: &Outcome) -> PushResult {

@@ -25,6 +25,14 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// is bounded by `lock_timeout` so a stuck first request answers
 /// `request_in_flight` instead of piling up connections. On `InFlight` the
 /// transaction is aborted and must be rolled back by the caller.
+///
+/// One round trip on the common path: the bound is set by the statement's
+/// own (one-time) WHERE clause, which Postgres evaluates before the SELECT
+/// yields the row the INSERT then inserts, so before any wait on the index;
+/// and it is lifted by its RETURNING clause, evaluated once the row is in —
+/// the bound is for the key only, waiting behind a hot SKU row is normal.
+/// When the key exists (no row returned) the read of the stored answer lifts
+/// it instead.
 pub async fn claim_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -32,50 +40,54 @@ pub async fn claim_in_tx(
     fingerprint: &str,
     lock_timeout: &str,
 ) -> Result<Claim, sqlx::Error> {
-    sqlx::query("select set_config('lock_timeout', $1, true)")
-        .bind(lock_timeout)
-        .execute(&mut *conn)
-        .await?;
-    let inserted = sqlx::query(
+    let inserted = sqlx::query_scalar::<_, String>(
         "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
-         values ($1, $2, $3, 0, ''::bytea)
-         on conflict (tenant_id, key) do nothing",
+         select $1, $2, $3, 0, ''::bytea where set_config('lock_timeout', $4, true) is not null
+         on conflict (tenant_id, key) do nothing
+         returning set_config('lock_timeout', '0', true)",
     )
     .bind(tenant_id)
     .bind(key)
     .bind(fingerprint)
-    .execute(&mut *conn)
+    .bind(lock_timeout)
+    .fetch_optional(&mut *conn)
     .await;
     let inserted = match inserted {
-        Ok(done) => done.rows_affected() == 1,
+        Ok(row) => row.is_some(),
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
             return Ok(Claim::InFlight);
         }
         Err(e) => return Err(e),
     };
-    // The bound is for the key only: waiting behind a hot SKU row is normal.
-    sqlx::query("select set_config('lock_timeout', '0', true)")
-        .execute(&mut *conn)
-        .await?;
     if inserted {
         return Ok(Claim::Claimed);
     }
-    let (stored_fingerprint, status, body): (String, i16, Vec<u8>) = sqlx::query_as(
-        "select fingerprint, status_code, response_body from idempotency_keys
-          where tenant_id = $1 and key = $2",
+    let (stored_fingerprint, status, body, _): (String, i16, Vec<u8>, String) = sqlx::query_as(
+        "select fingerprint, status_code, response_body, set_config('lock_timeout', '0', true)
+           from idempotency_keys where tenant_id = $1 and key = $2",
     )
     .bind(tenant_id)
     .bind(key)
     .fetch_one(&mut *conn)
     .await?;
+    Ok(resolve(fingerprint, &stored_fingerprint, status, body))
+}
+
+/// What a committed key row means for a request with `fingerprint`.
+pub(crate) fn resolve(
+    fingerprint: &str,
+    stored_fingerprint: &str,
+    status: i16,
+    body: Vec<u8>,
+) -> Claim {
     if stored_fingerprint != fingerprint {
-        return Ok(Claim::Reused);
+        return Claim::Reused;
     }
-    Ok(Claim::Replay(Outcome {
+    Claim::Replay(Outcome {
         status: status as u16,
         body,
         replayed: true,
-    }))
+    })
 }
 
 /// Stores the answer on the claimed key row (same transaction as the work).
@@ -96,6 +108,31 @@ pub async fn store_in_tx(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// [`store_in_tx`] for many claimed keys in one statement (a batch push's
+/// chunk, just before it commits: no other transaction can see a claimed row
+/// before then, so storing late changes nothing anyone can observe).
+/// Returns how many rows it updated.
+pub async fn store_many_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    keys: &[String],
+    statuses: &[i16],
+    bodies: &[Vec<u8>],
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "update idempotency_keys k set status_code = v.status_code, response_body = v.response_body
+           from unnest($2::text[], $3::int2[], $4::bytea[]) as v(key, status_code, response_body)
+          where k.tenant_id = $1 and k.key = v.key",
+    )
+    .bind(tenant_id)
+    .bind(keys)
+    .bind(statuses)
+    .bind(bodies)
+    .execute(conn)
+    .await?
+    .rows_affected())
 }
 
 /// Deletes keys older than the retention, a small batch per statement so no

@@ -8,10 +8,14 @@
 //! "in progress" key to steal or wait out, and a concurrent duplicate simply
 //! blocks on the key's unique index until the first commits, then replays.
 //!
-//! Handlers obey one rule that keeps this simple: every business rejection
-//! (the stored outcomes: version_conflict, insufficient_ats, over_allocation,
-//! invalid_state, credit_limit_exceeded) is decided before the handler's first
-//! write, so storing the rejection on the key row stores nothing else.
+//! Handlers obey one rule that keeps this simple: every rejection — the
+//! stored business outcomes (version_conflict, insufficient_ats,
+//! over_allocation, invalid_state, credit_limit_exceeded) and the unstored
+//! ones (not_found, validation_failed) alike — is decided before the
+//! handler's first write, so storing a rejection on the key row stores nothing
+//! else, and an unstored one leaves nothing but its claimed key row.
+//! Only unexpected errors (`ApiError::Internal`) may come after a write; they
+//! roll back.
 
 mod allocation;
 pub mod batch;
@@ -68,10 +72,10 @@ impl Outcome {
 /// What the caller of [`execute_in_tx`] must do with the transaction.
 #[derive(Debug)]
 pub enum Step {
-    /// Keep the work (commit, or release the item's savepoint).
+    /// Keep the work (commit, or go on to the batch's next item).
     Keep(Outcome),
-    /// Undo whatever this mutation did (roll back, or to the item's savepoint);
-    /// the outcome is not stored and a retry runs again.
+    /// Undo whatever this mutation did (roll back, or roll back to the item's
+    /// savepoint); the outcome is not stored and a retry runs again.
     Discard(Outcome),
 }
 
@@ -97,9 +101,50 @@ impl Done {
 }
 
 /// How long a duplicate waits for the first request holding its key.
-const KEY_LOCK_TIMEOUT: &str = "2s";
+pub(crate) const KEY_LOCK_TIMEOUT: &str = "2s";
 /// What `request_in_flight` tells the caller to wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// A mutation that passed the checks needing no database (key length, role,
+/// route and body): it may claim its key.
+pub(crate) struct Prepared {
+    pub mutation: Mutation,
+    pub fingerprint: String,
+}
+
+/// The checks that need no database; a failure is the whole answer (never
+/// stored: the key stays free).
+pub(crate) fn prepare(caller: &Caller, req: &Request) -> Result<Prepared, Outcome> {
+    let len = req.key.chars().count();
+    if len == 0 || len > 255 {
+        let p = Problem::new(
+            ProblemCode::IdempotencyKeyInvalid,
+            "Idempotency-Key must be 1–255 characters",
+        );
+        return Err(Outcome::problem(&p));
+    }
+    if req.key.contains('\0') {
+        let p = Problem::new(
+            ProblemCode::IdempotencyKeyInvalid,
+            "Idempotency-Key must not contain the NUL character",
+        );
+        return Err(Outcome::problem(&p));
+    }
+    if let Err(e) = caller.require(Role::AccountManager) {
+        return Err(Outcome::problem(&e.to_problem()));
+    }
+    // Postgres cannot store U+0000 (a pushed item's body was not checked yet).
+    if let Err(e) = crate::http::reject_nul(&req.body) {
+        return Err(Outcome::problem(&e.to_problem()));
+    }
+    let mutation = route::parse(&req.method, &req.path, &req.body)
+        .map_err(|e| Outcome::problem(&e.to_problem()))?;
+    let fingerprint = request_fingerprint(&req.method, &req.path, &req.body);
+    Ok(Prepared {
+        mutation,
+        fingerprint,
+    })
+}
 
 /// Runs one mutation inside the caller's open transaction.
 pub async fn execute_in_tx(
@@ -107,43 +152,38 @@ pub async fn execute_in_tx(
     caller: &Caller,
     req: &Request,
 ) -> Result<Step, anyhow::Error> {
-    let len = req.key.chars().count();
-    if len == 0 || len > 255 {
-        let p = Problem::new(
-            ProblemCode::IdempotencyKeyInvalid,
-            "Idempotency-Key must be 1–255 characters",
-        );
-        return Ok(Step::Discard(Outcome::problem(&p)));
-    }
-    if let Err(e) = caller.require(Role::AccountManager) {
-        return Ok(Step::Discard(Outcome::problem(&e.to_problem())));
-    }
-    let mutation = match route::parse(&req.method, &req.path, &req.body) {
-        Ok(m) => m,
-        Err(e) => return Ok(Step::Discard(Outcome::problem(&e.to_problem()))),
+    let prepared = match prepare(caller, req) {
+        Ok(prepared) => prepared,
+        Err(outcome) => return Ok(Step::Discard(outcome)),
     };
-    let fingerprint = request_fingerprint(&req.method, &req.path, &req.body);
-
-    match idempotency::claim_in_tx(
+    let claim = idempotency::claim_in_tx(
         conn,
         caller.tenant_id,
         &req.key,
-        &fingerprint,
+        &prepared.fingerprint,
         KEY_LOCK_TIMEOUT,
     )
-    .await?
-    {
-        idempotency::Claim::Claimed => {}
+    .await?;
+    if let Some(step) = settle(claim) {
+        return Ok(step);
+    }
+    run_claimed(conn, caller, &req.key, prepared.mutation).await
+}
+
+/// The answer for a key this request did not claim; `None` when it did.
+pub(crate) fn settle(claim: idempotency::Claim) -> Option<Step> {
+    match claim {
+        idempotency::Claim::Claimed => None,
         idempotency::Claim::Replay(outcome) => {
             metrics::counter!("holdfast_idempotent_replays_total").increment(1);
-            return Ok(Step::Keep(outcome));
+            Some(Step::Keep(outcome))
         }
         idempotency::Claim::Reused => {
             let p = Problem::new(
                 ProblemCode::IdempotencyKeyReused,
                 "this Idempotency-Key was used for a different request; mint a new key for a new act",
             );
-            return Ok(Step::Discard(Outcome::problem(&p)));
+            Some(Step::Discard(Outcome::problem(&p)))
         }
         idempotency::Claim::InFlight => {
             metrics::counter!("holdfast_request_in_flight_total").increment(1);
@@ -152,31 +192,56 @@ pub async fn execute_in_tx(
                 "a request with this Idempotency-Key is still running; retry shortly",
             )
             .with("retry_after", RETRY_AFTER_SECS);
-            return Ok(Step::Discard(Outcome::problem(&p)));
+            Some(Step::Discard(Outcome::problem(&p)))
         }
     }
+}
 
-    let result = run(conn, caller, &req.key, mutation).await;
-    let (outcome, store) = match result {
-        Ok(done) => (
-            Outcome {
-                status: done.status,
-                body: serde_json::to_vec(&done.body)?,
-                replayed: done.replayed,
-            },
-            true,
-        ),
+/// Runs a mutation whose key this transaction has claimed, and stores its
+/// answer on the key row when it is a stored outcome.
+///
+/// `Step::Discard` from here means the handler rejected the request before
+/// its first write (see the module doc), so the claimed key row is this
+/// mutation's only effect. Unexpected errors are `Err`, after which the
+/// transaction (or the item's savepoint) must be rolled back.
+pub(crate) async fn run_claimed(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &str,
+    mutation: Mutation,
+) -> Result<Step, anyhow::Error> {
+    let step = run_handler(conn, caller, key, mutation).await?;
+    if let Step::Keep(outcome) = &step {
+        idempotency::store_in_tx(conn, caller.tenant_id, key, outcome).await?;
+    }
+    Ok(step)
+}
+
+/// [`run_claimed`] without storing: `Step::Keep` carries an outcome the
+/// caller must store on the key row before it commits (a batch stores a
+/// chunk's answers in one statement).
+pub(crate) async fn run_handler(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &str,
+    mutation: Mutation,
+) -> Result<Step, anyhow::Error> {
+    match run(conn, caller, key, mutation).await {
+        Ok(done) => Ok(Step::Keep(Outcome {
+            status: done.status,
+            body: serde_json::to_vec(&done.body)?,
+            replayed: done.replayed,
+        })),
         Err(ApiError::Problem(p)) => {
             count_rejection(p.code);
-            (Outcome::problem(&p), p.code.is_stored_outcome())
+            let outcome = Outcome::problem(&p);
+            if p.code.is_stored_outcome() {
+                Ok(Step::Keep(outcome))
+            } else {
+                Ok(Step::Discard(outcome))
+            }
         }
-        Err(ApiError::Internal(e)) => return Err(e),
-    };
-    if store {
-        idempotency::store_in_tx(conn, caller.tenant_id, &req.key, &outcome).await?;
-        Ok(Step::Keep(outcome))
-    } else {
-        Ok(Step::Discard(outcome))
+        Err(ApiError::Internal(e)) => Err(e),
     }
 }
 

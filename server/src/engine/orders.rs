@@ -7,10 +7,10 @@
 //! conflict with the key-share locks that foreign-key checks take, so an order
 //! edit holding its order row never waits on a confirm holding the customer.
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{AddLine, ChangeLine, CreateOrder, Order, OrderStatus, PatchOrder};
 use holdfast_protocol::problem::{Problem, ProblemCode};
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -21,13 +21,19 @@ use crate::db::outbox::{enqueue_in_tx, Aggregate};
 use crate::error::ApiError;
 use crate::http::Caller;
 
-/// The order row as locked for a decision.
+/// The order row as locked for a decision: the whole header, so a handler
+/// that knows what it changed can answer with the document without reading
+/// it again (allocation does).
 pub(crate) struct Locked {
     pub version: i64,
     pub status: OrderStatus,
     pub customer_id: Uuid,
+    pub customer_po: Option<String>,
     pub ship_window_start: Option<NaiveDate>,
     pub ship_window_end: Option<NaiveDate>,
+    pub notes: Option<String>,
+    pub invoice_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
 }
 
 /// Locks the order row for the rest of the transaction; `None` if it is not
@@ -42,11 +48,20 @@ pub(crate) async fn lock_order(
         version: i64,
         status: String,
         customer_id: Uuid,
+        customer_po: Option<String>,
         ship_window_start: Option<NaiveDate>,
         ship_window_end: Option<NaiveDate>,
+        notes: Option<String>,
+        invoice_id: Option<Uuid>,
+        created_at: DateTime<Utc>,
     }
+    // No join here: under READ COMMITTED a row locked after a wait is
+    // re-checked against its newest version, but a joined table's row is not
+    // re-read, so a join on a column the other writer changed (updated_by)
+    // would drop the row.
     let row: Option<Row> = sqlx::query_as(
-        "select version, status, customer_id, ship_window_start, ship_window_end
+        "select version, status, customer_id, customer_po, ship_window_start, ship_window_end,
+                notes, invoice_id, created_at
            from orders where tenant_id = $1 and id = $2 for update",
     )
     .bind(tenant_id)
@@ -62,8 +77,12 @@ pub(crate) async fn lock_order(
         version: row.version,
         status,
         customer_id: row.customer_id,
+        customer_po: row.customer_po,
         ship_window_start: row.ship_window_start,
         ship_window_end: row.ship_window_end,
+        notes: row.notes,
+        invoice_id: row.invoice_id,
+        created_at: row.created_at,
     }))
 }
 
@@ -164,6 +183,58 @@ pub(crate) async fn bump_in_tx(
     })?;
     record_in_tx(conn, caller.tenant_id, DocKind::Order, id, version).await?;
     Ok((version, first_seq))
+}
+
+/// [`bump_in_tx`] and the one outbox event announcing the change, in one
+/// statement: the version's compare-and-swap, the order's feed row and the
+/// event (its body as `db::outbox::enqueue_in_tx` builds it: `facts`, then
+/// tenant, order, sequence and version; jsonb keeps no key order, so the
+/// stored value is the same). Returns the new version.
+pub(crate) async fn bump_announce_in_tx(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    id: Uuid,
+    base_version: i64,
+    event_type: &str,
+    facts: Value,
+) -> Result<i64, ApiError> {
+    let facts = match facts {
+        Value::Object(_) => facts,
+        _ => json!({}),
+    };
+    let timestamp = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let version: Option<i64> = sqlx::query_scalar(
+        "with ord as (
+             update orders set version = version + 1, event_seq = event_seq + 1,
+                    updated_at = now(), updated_by = $4
+              where tenant_id = $1 and id = $2 and version = $3
+             returning version, event_seq
+         ), feed as (
+             insert into changes (tenant_id, kind, doc_id, version)
+             select $1, 'order', $2, ord.version from ord
+         ), events as (
+             insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload)
+             select $1, $5, 'order', $2, ord.event_seq,
+                    jsonb_build_object('type', $5::text, 'timestamp', $6::text,
+                        'data', $7::jsonb || jsonb_build_object('tenant_id', $1, 'order_id', $2,
+                                                                'sequence', ord.event_seq,
+                                                                'version', ord.version))
+               from ord
+         )
+         select version from ord",
+    )
+    .bind(caller.tenant_id)
+    .bind(id)
+    .bind(base_version)
+    .bind(caller.user_id)
+    .bind(event_type)
+    .bind(timestamp)
+    .bind(facts)
+    .fetch_optional(&mut *conn)
+    .await?;
+    // We hold the row lock and checked the version: zero rows is a bug.
+    version
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("order {id} moved under its own lock")))
 }
 
 async fn customer_exists(
@@ -283,14 +354,12 @@ pub(crate) async fn patch(
     .bind(set.notes.flatten())
     .execute(&mut *conn)
     .await?;
-    let (version, seq) = bump_in_tx(conn, caller, id, body.base_version, 1).await?;
-    enqueue_in_tx(
+    bump_announce_in_tx(
         conn,
-        t,
+        caller,
+        id,
+        body.base_version,
         "order.updated",
-        Aggregate::Order(id),
-        seq,
-        version,
         json!({"changed": changed}),
     )
     .await?;
@@ -331,18 +400,8 @@ pub(crate) async fn add_line(
             "a line with this id already exists; mint a new id",
         ));
     }
-    let (version, seq) = bump_in_tx(conn, caller, id, body.base_version, 1).await?;
     let facts = json!({"change": "line_added", "line_id": body.id, "sku_id": body.sku_id, "qty_ordered": body.qty_ordered});
-    enqueue_in_tx(
-        conn,
-        t,
-        "order.updated",
-        Aggregate::Order(id),
-        seq,
-        version,
-        facts,
-    )
-    .await?;
+    bump_announce_in_tx(conn, caller, id, body.base_version, "order.updated", facts).await?;
     Done::created(load(conn, t, id).await?)
 }
 
@@ -395,18 +454,8 @@ pub(crate) async fn change_line(
         .bind(body.qty_ordered)
         .execute(&mut *conn)
         .await?;
-    let (version, seq) = bump_in_tx(conn, caller, id, body.base_version, 1).await?;
     let facts = json!({"change": "line_changed", "line_id": line_id, "sku_id": sku_id, "qty_ordered": body.qty_ordered});
-    enqueue_in_tx(
-        conn,
-        t,
-        "order.updated",
-        Aggregate::Order(id),
-        seq,
-        version,
-        facts,
-    )
-    .await?;
+    bump_announce_in_tx(conn, caller, id, body.base_version, "order.updated", facts).await?;
     Done::ok(load(conn, t, id).await?)
 }
 
@@ -502,21 +551,34 @@ pub(crate) async fn confirm(
         // bumped the version, which lock_at_base would have caught. Defensive.
         return Err(conflict(conn, t, id, base_version).await?);
     }
-    let (open_amount, order_amount): (i64, i64) = sqlx::query_as(
+    // In numeric: huge quantities must not overflow bigint (a 500). The open
+    // amount saturates (it only has to exceed a limit); an order total that
+    // no invoice can hold is null here and refused below.
+    let (open_amount, order_amount): (i64, Option<i64>) = sqlx::query_as(
         "select
-            (select coalesce(sum(amount), 0)::bigint from invoices
+            (select least(coalesce(sum(amount), 0), 9223372036854775807)::bigint from invoices
               where tenant_id = $1 and customer_id = $2 and status = 'awaiting_payment'),
-            (select coalesce(sum(l.qty_ordered * s.wholesale_price), 0)::bigint
-               from order_lines l join skus s on s.tenant_id = l.tenant_id and s.id = l.sku_id
-              where l.tenant_id = $1 and l.order_id = $3)",
+            (select case when total <= 9223372036854775807 then total::bigint end
+               from (select coalesce(sum(l.qty_ordered::numeric * s.wholesale_price), 0) as total
+                       from order_lines l join skus s on s.tenant_id = l.tenant_id and s.id = l.sku_id
+                      where l.tenant_id = $1 and l.order_id = $3) lines)",
     )
     .bind(t)
     .bind(customer_id)
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
+    let order_amount = order_amount.ok_or_else(|| {
+        ApiError::validation(
+            "lines",
+            "the order's total (quantities × wholesale prices) is too large to invoice",
+        )
+    })?;
     if let Some(limit) = credit_limit {
-        if open_amount + order_amount > limit {
+        if open_amount
+            .checked_add(order_amount)
+            .is_none_or(|sum| sum > limit)
+        {
             return Err(Problem::new(
                 ProblemCode::CreditLimitExceeded,
                 format!("open invoices {open_amount} + this order {order_amount} exceed the limit {limit}"),
@@ -547,19 +609,9 @@ pub(crate) async fn confirm(
     .execute(&mut *conn)
     .await?;
     record_in_tx(conn, t, DocKind::Invoice, invoice_id, 1).await?;
-    let (version, seq) = bump_in_tx(conn, caller, id, base_version, 1).await?;
     let facts =
         json!({"invoice_id": invoice_id, "amount": order_amount, "customer_id": customer_id});
-    enqueue_in_tx(
-        conn,
-        t,
-        "order.confirmed",
-        Aggregate::Order(id),
-        seq,
-        version,
-        facts,
-    )
-    .await?;
+    bump_announce_in_tx(conn, caller, id, base_version, "order.confirmed", facts).await?;
     Done::ok(load(conn, t, id).await?)
 }
 

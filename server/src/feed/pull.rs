@@ -88,10 +88,7 @@ pub async fn pull(
     limit: usize,
 ) -> Result<Page, FeedError> {
     let limit = limit.max(1);
-    let mut tx = db.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read, read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = db::begin_snapshot_for_tenant(db, tenant_id).await?;
     let fence = fence_in_tx(&mut tx).await?;
     let mut page = PageBuilder::default();
     let mut pos = from.unwrap_or(Position::Snapshot {

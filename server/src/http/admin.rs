@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{ApiJson, ApiPath, ApiQuery, Caller};
+use crate::db::begin_for_tenant;
 use crate::db::deliveries::{self, Delivery, DeliveryState, Stats};
 use crate::db::partners::{self, Partner};
 use crate::error::{ApiError, ApiResult};
@@ -23,6 +24,7 @@ use crate::AppState;
 #[serde(deny_unknown_fields)]
 pub struct InboundSecretRequest {
     /// `warehouse` or `payments`.
+    #[schema(pattern = "^(warehouse|payments)$")]
     provider: String,
 }
 
@@ -50,6 +52,7 @@ pub async fn create_inbound_secret(
         ));
     }
     let secret = crate::auth::new_webhook_secret();
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
     sqlx::query(
         "insert into inbound_secrets (tenant_id, provider, secret) values ($1, $2, $3)
          on conflict (tenant_id, provider) do update set secret = excluded.secret, created_at = now()",
@@ -57,8 +60,9 @@ pub async fn create_inbound_secret(
     .bind(caller.tenant_id)
     .bind(&req.provider)
     .bind(&secret)
-    .execute(&state.db)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
     tracing::info!(provider = %req.provider, "inbound webhook secret issued");
     Ok(Json(SecretResponse { secret }))
 }
@@ -66,9 +70,15 @@ pub async fn create_inbound_secret(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreatePartner {
+    /// 1–200 characters, not all blank.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     name: String,
+    /// http(s); must resolve to a public address unless the server allows
+    /// private targets.
     url: String,
-    /// Event types or `*` patterns, e.g. `["order.*", "invoice.paid"]`.
+    /// Event types or `*` patterns, e.g. `["order.*", "invoice.paid"]`:
+    /// 1–100 of `a-z . _ *` each.
+    #[schema(min_items = 1)]
     event_types: Vec<String>,
 }
 
@@ -85,6 +95,7 @@ pub struct CreatedPartner {
 pub struct PatchPartner {
     enabled: Option<bool>,
     url: Option<String>,
+    #[schema(min_items = 1)]
     event_types: Option<Vec<String>>,
 }
 
@@ -125,14 +136,15 @@ pub async fn create_partner(
     ApiJson(req): ApiJson<CreatePartner>,
 ) -> ApiResult<(StatusCode, Json<CreatedPartner>)> {
     caller.require(Role::Operator)?;
-    if req.name.trim().is_empty() || req.name.len() > 200 {
+    if req.name.trim().is_empty() || req.name.chars().count() > 200 {
         return Err(ApiError::validation("name", "must be 1–200 characters"));
     }
     check_event_types(&req.event_types)?;
     check_url(&state, &req.url).await?;
     let secret = crate::auth::new_webhook_secret();
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
     let partner = partners::create(
-        &state.db,
+        &mut tx,
         caller.tenant_id,
         req.name.trim(),
         &req.url,
@@ -140,6 +152,7 @@ pub async fn create_partner(
         &secret,
     )
     .await?;
+    tx.commit().await?;
     tracing::info!(partner = %partner.id, "partner registered");
     Ok((
         StatusCode::CREATED,
@@ -163,13 +176,16 @@ pub async fn list_partners(
     caller: Caller,
 ) -> ApiResult<Json<PartnerList>> {
     caller.require(Role::Operator)?;
-    Ok(Json(PartnerList {
-        partners: partners::list(&state.db, caller.tenant_id).await?,
-    }))
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let partners = partners::list(&mut tx, caller.tenant_id).await?;
+    tx.commit().await?;
+    Ok(Json(PartnerList { partners }))
 }
 
 #[utoipa::path(patch, path = "/v1/admin/partners/{id}", request_body = PatchPartner, security(("bearer" = [])),
-    responses((status = 200, body = Partner), (status = 400, body = Problem), (status = 404, body = Problem)))]
+    params(("id" = Uuid, Path)),
+    responses((status = 200, body = Partner), (status = 400, body = Problem), (status = 403, body = Problem),
+              (status = 404, body = Problem)))]
 pub async fn patch_partner(
     State(state): State<AppState>,
     caller: Caller,
@@ -183,24 +199,28 @@ pub async fn patch_partner(
     if let Some(url) = &req.url {
         check_url(&state, url).await?;
     }
-    partners::update(
-        &state.db,
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let partner = partners::update(
+        &mut tx,
         caller.tenant_id,
         id,
         req.enabled,
         req.url.as_deref(),
         req.event_types.as_deref(),
     )
-    .await?
-    .map(Json)
-    .ok_or_else(|| ApiError::not_found("partner"))
+    .await?;
+    tx.commit().await?;
+    partner
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("partner"))
 }
 
 /// How long the old secret keeps signing after a rotation.
 const ROTATION_GRACE_HOURS: i64 = 24;
 
 #[utoipa::path(post, path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
-    responses((status = 200, body = SecretResponse), (status = 404, body = Problem)))]
+    params(("id" = Uuid, Path)),
+    responses((status = 200, body = SecretResponse), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,
@@ -208,15 +228,17 @@ pub async fn rotate_secret(
 ) -> ApiResult<Json<SecretResponse>> {
     caller.require(Role::Operator)?;
     let secret = crate::auth::new_webhook_secret();
-    if !partners::rotate_secret(
-        &state.db,
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let rotated = partners::rotate_secret(
+        &mut tx,
         caller.tenant_id,
         id,
         &secret,
         chrono::Duration::hours(ROTATION_GRACE_HOURS),
     )
-    .await?
-    {
+    .await?;
+    tx.commit().await?;
+    if !rotated {
         return Err(ApiError::not_found("partner"));
     }
     tracing::info!(partner = %id, "partner secret rotated; the old one signs too for {ROTATION_GRACE_HOURS} h");
@@ -225,9 +247,12 @@ pub async fn rotate_secret(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveryParams {
+    #[param(nullable = false)]
     state: Option<DeliveryState>,
     /// 1–1000, default 100.
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
@@ -245,29 +270,47 @@ pub async fn list_deliveries(
 ) -> ApiResult<Json<DeliveryList>> {
     caller.require(Role::Operator)?;
     let limit = super::cursor::limit(params.limit, 100, 1000)?;
-    Ok(Json(DeliveryList {
-        deliveries: deliveries::list(&state.db, caller.tenant_id, params.state, limit).await?,
-    }))
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let deliveries = deliveries::list(&mut tx, caller.tenant_id, params.state, limit).await?;
+    tx.commit().await?;
+    Ok(Json(DeliveryList { deliveries }))
+}
+
+/// A requeued delivery: due now, attempts reset.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Requeued {
+    id: i64,
+    state: DeliveryState,
 }
 
 #[utoipa::path(post, path = "/v1/admin/deliveries/{id}/requeue", security(("bearer" = [])),
-    responses((status = 200), (status = 404, body = Problem), (status = 403, body = Problem)))]
+    params(("id" = i64, Path)),
+    responses((status = 200, body = Requeued), (status = 404, body = Problem), (status = 403, body = Problem)))]
 pub async fn requeue(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<i64>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Requeued>> {
     caller.require(Role::Operator)?;
-    if !deliveries::requeue(&state.db, caller.tenant_id, id).await? {
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let requeued = deliveries::requeue(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    if !requeued {
         return Err(ApiError::not_found("pending or dead delivery"));
     }
     tracing::info!(delivery = id, "delivery requeued by an operator");
-    Ok(Json(serde_json::json!({"id": id, "state": "pending"})))
+    Ok(Json(Requeued {
+        id,
+        state: DeliveryState::Pending,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/admin/stats", security(("bearer" = [])),
     responses((status = 200, body = Stats), (status = 403, body = Problem)))]
 pub async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Stats>> {
     caller.require(Role::Operator)?;
-    Ok(Json(deliveries::stats(&state.db, caller.tenant_id).await?))
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let stats = deliveries::stats(&mut tx, caller.tenant_id).await?;
+    tx.commit().await?;
+    Ok(Json(stats))
 }

@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::db::deliveries::{self, Delivery, DeliveryState, PartnerStats};
-use crate::db::{partners, sessions};
+use crate::db::{begin_for_tenant, partners, sessions};
 use crate::http::Caller;
 use crate::AppState;
 
@@ -185,7 +185,7 @@ pub async fn login(
         // The credentials were right, but the page is not theirs: the token
         // just minted must not outlive this answer.
         if let Some(caller) = sessions::caller_for_token(&state.db, &token).await? {
-            sessions::revoke(&state.db, &caller).await?;
+            revoke(&state, &caller).await?;
         }
         tracing::info!(tenant = %tenant.slug, user = %user.id, "admin page refused a non-operator");
         return Ok(message_page(
@@ -234,7 +234,7 @@ pub async fn logout(
     if !same(&session.csrf, &form.csrf) {
         return Ok(forged());
     }
-    sessions::revoke(&state.db, &session.caller).await?;
+    revoke(&state, &session.caller).await?;
     Ok(signed_out())
 }
 
@@ -265,13 +265,23 @@ pub async fn requeue(
             "That is not a delivery id.",
         ));
     };
-    let done = deliveries::requeue(&state.db, session.caller.tenant_id, id).await?;
+    let mut tx = begin_for_tenant(&state.db, session.caller.tenant_id).await?;
+    let done = deliveries::requeue(&mut tx, session.caller.tenant_id, id).await?;
+    tx.commit().await?;
     if done {
         tracing::info!(delivery = id, "delivery requeued from the admin page");
         Ok(redirect(&format!("/admin?requeued={id}")))
     } else {
         Ok(redirect(&format!("/admin?not_requeued={id}")))
     }
+}
+
+/// Revokes a page token, bound to its tenant like every request's work.
+async fn revoke(state: &AppState, caller: &Caller) -> Result<(), PageError> {
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    sessions::revoke(&mut tx, caller).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// The session behind the cookie, if it is a live page session.
@@ -300,7 +310,7 @@ async fn session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session
             caller,
         })),
         Some(false) => {
-            sessions::revoke(&state.db, &caller).await?;
+            revoke(state, &caller).await?;
             Ok(None)
         }
         // A desk's token pasted into the cookie is not a page session.
@@ -518,19 +528,20 @@ async fn render_dashboard(
     notice: Option<Notice>,
 ) -> PageResult {
     let tenant_id = session.caller.tenant_id;
+    let mut tx = begin_for_tenant(&state.db, tenant_id).await?;
     let tenant_name: String = sqlx::query_scalar("select name from tenants where id = $1")
         .bind(tenant_id)
-        .fetch_one(&state.db)
+        .fetch_one(&mut *tx)
         .await?;
-    let stats = deliveries::stats(&state.db, tenant_id).await?;
-    let partners: HashMap<Uuid, partners::Partner> = partners::list(&state.db, tenant_id)
+    let stats = deliveries::stats(&mut tx, tenant_id).await?;
+    let partners: HashMap<Uuid, partners::Partner> = partners::list(&mut tx, tenant_id)
         .await?
         .into_iter()
         .map(|p| (p.id, p))
         .collect();
-    let dead = deliveries::list(&state.db, tenant_id, Some(DeliveryState::Dead), ROWS).await?;
-    let pending =
-        deliveries::list(&state.db, tenant_id, Some(DeliveryState::Pending), ROWS).await?;
+    let dead = deliveries::list(&mut tx, tenant_id, Some(DeliveryState::Dead), ROWS).await?;
+    let pending = deliveries::list(&mut tx, tenant_id, Some(DeliveryState::Pending), ROWS).await?;
+    tx.commit().await?;
     let mut b = String::new();
     // Writing into a String cannot fail.
     let _ = dashboard(

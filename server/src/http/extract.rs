@@ -83,8 +83,17 @@ pub fn body_rejection(rejection: BytesRejection) -> ApiError {
 }
 
 /// Parses JSON into `T`: bad syntax is `malformed_json`; a wrong shape is
-/// `validation_failed` with the offending field's path (`set.notes`).
+/// `validation_failed` with the offending field's path (`set.notes`), and so
+/// is a string holding U+0000 (see [`reject_nul`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value = parse_json_keeping_nul::<serde_json::Value>(bytes)?;
+    reject_nul(&value)?;
+    parse_json_keeping_nul(bytes)
+}
+
+/// [`parse_json`] without the U+0000 check, for a body whose parts are
+/// judged one by one (batch push: each item gets its own answer).
+pub fn parse_json_keeping_nul<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
         return Err(ApiError::problem(
             ProblemCode::MalformedJson,
@@ -97,6 +106,50 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let message = e.inner().to_string();
         ApiError::validation(field_name(&path, &message), strip_position(&message))
     })
+}
+
+/// Postgres text and jsonb cannot hold U+0000, so a string (or member name)
+/// carrying one could never be stored or even looked up: it is refused as
+/// `validation_failed` naming the field, never left to fail in the database.
+pub fn reject_nul(value: &serde_json::Value) -> Result<(), ApiError> {
+    match nul_field(value, "") {
+        Some(field) => Err(ApiError::validation(
+            field,
+            "must not contain the NUL character (\\u0000)",
+        )),
+        None => Ok(()),
+    }
+}
+
+fn nul_field(value: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    let here = || {
+        if at.is_empty() {
+            "body".to_owned()
+        } else {
+            at.to_owned()
+        }
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(here()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| nul_field(v, &format!("{}[{i}]", here()))),
+        Value::Object(members) => members.iter().find_map(|(k, v)| {
+            let field = if at.is_empty() {
+                k.clone()
+            } else {
+                format!("{at}.{k}")
+            };
+            if k.contains('\0') {
+                Some(field)
+            } else {
+                nul_field(v, &field)
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// The path names an unknown field itself, but stops at the object that
@@ -146,6 +199,13 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if has_encoded_nul(parts.uri.path()) {
+            // No name holds U+0000 (the database could not even compare it).
+            return Err(ApiError::problem(
+                ProblemCode::NotFound,
+                "no such resource: the path holds a NUL character",
+            ));
+        }
         Path::<T>::from_request_parts(parts, state)
             .await
             .map(|Path(v)| ApiPath(v))
@@ -155,6 +215,10 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     }
 }
 
+fn has_encoded_nul(s: &str) -> bool {
+    s.as_bytes().windows(3).any(|w| w == b"%00")
+}
+
 /// Query parameters; a wrong one is a 400 naming it.
 pub struct ApiQuery<T>(pub T);
 
@@ -162,6 +226,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        // A raw NUL cannot be in a URI, so `%00` is the only way to send one.
+        let query = parts.uri.query().unwrap_or_default();
+        if let Some(pair) = query.split('&').find(|pair| has_encoded_nul(pair)) {
+            let name = pair.split('=').next().unwrap_or(pair);
+            return Err(ApiError::validation(
+                name.to_owned(),
+                "must not contain the NUL character (%00)",
+            ));
+        }
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| ApiQuery(v))
@@ -250,6 +323,21 @@ mod tests {
         assert_eq!(field_of(err), "base_version");
         let err = parse_json::<PatchOrder>(br#"{"set": {}}"#).expect_err("missing");
         assert_eq!(field_of(err), "base_version");
+    }
+
+    #[test]
+    fn names_the_field_holding_a_nul() {
+        let err = parse_json::<PatchOrder>(br#"{"base_version": 1, "set": {"notes": "a\u0000b"}}"#)
+            .expect_err("nul");
+        assert_eq!(field_of(err), "set.notes");
+        let err = reject_nul(&serde_json::json!({"a": [1, "x\u{0}"]})).expect_err("nul");
+        assert_eq!(field_of(err), "a[1]");
+        let err = reject_nul(&serde_json::json!({"k\u{0}": 1})).expect_err("nul");
+        assert_eq!(field_of(err), "k\u{0}");
+        // An escaped backslash followed by `u0000` is text, not a NUL.
+        parse_json::<PatchOrder>(br#"{"base_version": 1, "set": {"notes": "\\u0000"}}"#)
+            .expect("no nul");
+        assert!(has_encoded_nul("q=a%00b") && !has_encoded_nul("q=a%20b"));
     }
 
     #[test]

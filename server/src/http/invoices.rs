@@ -10,16 +10,17 @@ use super::{ApiPath, Caller};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 
-#[utoipa::path(get, path = "/v1/invoices/{id}", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/invoices/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Invoice), (status = 404, body = Problem), (status = 401, body = Problem)))]
 pub async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Invoice>> {
-    let mut conn = state.db.acquire().await?;
-    crate::db::invoices::load(&mut conn, caller.tenant_id, id)
-        .await?
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let invoice = crate::db::invoices::load(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    invoice
         .map(Json)
         .ok_or_else(|| ApiError::not_found("invoice"))
 }

@@ -29,7 +29,7 @@ use tower_http::trace::TraceLayer;
 use crate::error::ApiError;
 use crate::AppState;
 
-pub use extract::{parse_json, ApiJson, ApiPath, ApiQuery, Caller, ClientAddr};
+pub use extract::{parse_json, reject_nul, ApiJson, ApiPath, ApiQuery, Caller, ClientAddr};
 
 /// API.md: request bodies over 1 MiB answer 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

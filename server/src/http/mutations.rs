@@ -15,8 +15,8 @@ use holdfast_protocol::model::{
 };
 use holdfast_protocol::problem::{Problem, ProblemCode, PROBLEM_CONTENT_TYPE};
 
-use super::extract::{parse_json, require_json_content_type, ApiBytes};
-use super::{ApiJson, Caller};
+use super::extract::{parse_json, parse_json_keeping_nul, require_json_content_type, ApiBytes};
+use super::Caller;
 use crate::engine::{self, batch, Outcome, Request, Step};
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
@@ -58,7 +58,7 @@ async fn execute(
         path: uri.0.path().to_owned(),
         body,
     };
-    let mut tx = state.db.begin().await?;
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let outcome = match engine::execute_in_tx(&mut tx, &caller, &req).await? {
         Step::Keep(outcome) => {
             tx.commit().await?;
@@ -100,12 +100,19 @@ fn is_in_flight(outcome: &Outcome) -> bool {
 }
 
 macro_rules! mutation_route {
-    ($name:ident, $method:ident, $path:literal, $body:ty, $status:literal, $resp:ty) => {
+    ($name:ident, $method:ident, $path:literal, $body:ty, $status:literal, $resp:ty $(, $param:literal)*) => {
         #[utoipa::path($method, path = $path, request_body = $body, security(("bearer" = [])),
-            params(("Idempotency-Key" = String, Header, description = "one key per intention, 1–255 characters")),
-            responses((status = $status, body = $resp), (status = 400, body = Problem), (status = 401, body = Problem),
-                      (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem),
-                      (status = 413, body = Problem), (status = 415, body = Problem), (status = 422, body = Problem)))]
+            params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
+                    description = "one key per intention, 1–255 characters"),
+                   $(($param = Uuid, Path)),*),
+            responses((status = $status, body = $resp,
+                       headers(("Idempotent-Replayed" = String, description = "`true` on a replay of the stored answer"))),
+                      (status = 400, body = Problem, description = "`malformed_json`, `validation_failed`, `idempotency_key_missing` or `idempotency_key_invalid`"),
+                      (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem),
+                      (status = 409, body = Problem, description = "`version_conflict`, or `request_in_flight` with Retry-After",
+                       headers(("Retry-After" = u64, description = "seconds; only with `request_in_flight`"))),
+                      (status = 413, body = Problem), (status = 415, body = Problem),
+                      (status = 422, body = Problem, description = "`idempotency_key_reused`, `insufficient_ats`, `over_allocation`, `invalid_state` or `credit_limit_exceeded`")))]
         pub async fn $name(
             State(state): State<AppState>,
             caller: Caller,
@@ -126,16 +133,27 @@ mutation_route!(
     "/v1/orders/{id}",
     PatchOrder,
     200,
-    Order
+    Order,
+    "id"
 );
-mutation_route!(add_line, post, "/v1/orders/{id}/lines", AddLine, 201, Order);
+mutation_route!(
+    add_line,
+    post,
+    "/v1/orders/{id}/lines",
+    AddLine,
+    201,
+    Order,
+    "id"
+);
 mutation_route!(
     change_line,
     patch,
     "/v1/orders/{id}/lines/{line_id}",
     ChangeLine,
     200,
-    Order
+    Order,
+    "id",
+    "line_id"
 );
 mutation_route!(
     remove_line,
@@ -143,7 +161,9 @@ mutation_route!(
     "/v1/orders/{id}/lines/{line_id}/remove",
     BaseVersion,
     200,
-    Order
+    Order,
+    "id",
+    "line_id"
 );
 mutation_route!(
     allocate,
@@ -151,7 +171,9 @@ mutation_route!(
     "/v1/orders/{id}/lines/{line_id}/allocate",
     Quantity,
     200,
-    AllocationResult
+    AllocationResult,
+    "id",
+    "line_id"
 );
 mutation_route!(
     release,
@@ -159,7 +181,9 @@ mutation_route!(
     "/v1/orders/{id}/lines/{line_id}/release",
     Quantity,
     200,
-    AllocationResult
+    AllocationResult,
+    "id",
+    "line_id"
 );
 mutation_route!(
     confirm,
@@ -167,7 +191,8 @@ mutation_route!(
     "/v1/orders/{id}/confirm",
     BaseVersion,
     200,
-    Order
+    Order,
+    "id"
 );
 mutation_route!(
     cancel,
@@ -175,7 +200,8 @@ mutation_route!(
     "/v1/orders/{id}/cancel",
     BaseVersion,
     200,
-    Order
+    Order,
+    "id"
 );
 
 /// The desktop's transport: up to 500 mutations, one result each, in order.
@@ -184,8 +210,13 @@ mutation_route!(
 pub async fn push(
     State(state): State<AppState>,
     caller: Caller,
-    ApiJson(req): ApiJson<PushRequest>,
+    headers: HeaderMap,
+    ApiBytes(body): ApiBytes,
 ) -> ApiResult<Json<PushResponse>> {
+    require_json_content_type(&headers)?;
+    // Items are judged one by one (engine::prepare): a NUL in one item is
+    // that item's 400, not the whole batch's.
+    let req: PushRequest = parse_json_keeping_nul(&body)?;
     if req.mutations.is_empty() || req.mutations.len() > batch::MAX_ITEMS {
         return Err(ApiError::validation(
             "mutations",

@@ -8,15 +8,32 @@ use axum::Json;
 use crate::AppState;
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "process up")))]
+#[utoipa::path(get, path = "/healthz",
+    responses((status = 200, description = "process up", content_type = "text/plain", body = String)))]
 pub async fn healthz() -> &'static str {
     "ok"
 }
 
+/// How long `/readyz` waits for the database before it answers 503.
+const READY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The database answers and every migration is applied.
-#[utoipa::path(get, path = "/readyz", responses((status = 200), (status = 503)))]
+#[utoipa::path(get, path = "/readyz",
+    responses((status = 200, description = "ready", content_type = "text/plain", body = String),
+              (status = 503, description = "database unreachable or migrations not applied", content_type = "text/plain", body = String)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    match crate::db::migrations_applied(&state.db).await {
+    // Bounded: a probe must answer even while Postgres restarts (the pool
+    // would otherwise wait out its whole acquire timeout).
+    let checked = tokio::time::timeout(
+        READY_CHECK_TIMEOUT,
+        crate::db::migrations_applied(&state.db),
+    )
+    .await;
+    let Ok(checked) = checked else {
+        tracing::warn!("readiness check: database did not answer in time");
+        return (StatusCode::SERVICE_UNAVAILABLE, "database not answering").into_response();
+    };
+    match checked {
         Ok(true) => (StatusCode::OK, "ready").into_response(),
         Ok(false) => (StatusCode::SERVICE_UNAVAILABLE, "migrations not applied").into_response(),
         Err(e) => {
@@ -26,7 +43,8 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format")))]
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -35,7 +53,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-#[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "this API as OpenAPI 3")))]
+#[utoipa::path(get, path = "/openapi.json",
+    responses((status = 200, description = "this API as OpenAPI 3", body = Object)))]
 pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
 }

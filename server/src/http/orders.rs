@@ -14,12 +14,16 @@ use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// draft, confirmed or cancelled.
+    #[param(nullable = false)]
     status: Option<OrderStatus>,
     /// 1–500, default 50.
+    #[param(nullable = false, minimum = 1, maximum = 500)]
     limit: Option<i64>,
     /// The `next` of the previous page.
+    #[param(nullable = false)]
     after: Option<String>,
 }
 
@@ -36,10 +40,10 @@ pub async fn list(
         .as_deref()
         .map(|c| cursor::decode::<(DateTime<Utc>, Uuid)>("after", c))
         .transpose()?;
-    let mut conn = state.db.acquire().await?;
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let mut orders =
-        crate::db::orders::list(&mut conn, caller.tenant_id, params.status, after, limit + 1)
-            .await?;
+        crate::db::orders::list(&mut tx, caller.tenant_id, params.status, after, limit + 1).await?;
+    tx.commit().await?;
     let next = if orders.len() as i64 > limit {
         orders.truncate(limit as usize);
         orders.last().map(|o| cursor::encode(&(o.created_at, o.id)))
@@ -49,16 +53,15 @@ pub async fn list(
     Ok(Json(OrdersPage { orders, next }))
 }
 
-#[utoipa::path(get, path = "/v1/orders/{id}", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/orders/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Order), (status = 404, body = Problem), (status = 401, body = Problem)))]
 pub async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Order>> {
-    let mut conn = state.db.acquire().await?;
-    crate::db::orders::load(&mut conn, caller.tenant_id, id)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("order"))
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let order = crate::db::orders::load(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    order.map(Json).ok_or_else(|| ApiError::not_found("order"))
 }

@@ -14,13 +14,16 @@ use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 
 #[utoipa::path(post, path = "/v1/sessions", request_body = LoginRequest,
-    responses((status = 201, body = LoginResponse), (status = 401, body = Problem), (status = 400, body = Problem)))]
+    responses((status = 201, body = LoginResponse),
+              (status = 401, body = Problem, description = "`unauthorized`: wrong tenant, email or password (one answer for all)"),
+              (status = 429, body = Problem, description = "`rate_limited`: too many recent failed sign-ins for this account or address",
+               headers(("Retry-After" = u64, description = "seconds until a sign-in is considered again")))))]
 pub async fn login(
     State(state): State<AppState>,
     ClientAddr(addr): ClientAddr,
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<(StatusCode, Json<LoginResponse>)> {
-    if req.device_name.trim().is_empty() || req.device_name.len() > 200 {
+    if req.device_name.trim().is_empty() || req.device_name.chars().count() > 200 {
         return Err(ApiError::validation(
             "device_name",
             "must be 1–200 characters",
@@ -58,7 +61,9 @@ pub async fn login(
 #[utoipa::path(delete, path = "/v1/sessions/current", security(("bearer" = [])),
     responses((status = 204), (status = 401, body = Problem)))]
 pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<StatusCode> {
-    crate::db::sessions::revoke(&state.db, &caller).await?;
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    crate::db::sessions::revoke(&mut tx, &caller).await?;
+    tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

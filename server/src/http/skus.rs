@@ -14,12 +14,16 @@ use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Words that must each match the style, colour or size.
+    #[param(nullable = false)]
     q: Option<String>,
     /// 1–1000, default 100.
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<i64>,
     /// The `next` of the previous page.
+    #[param(nullable = false)]
     after: Option<String>,
 }
 
@@ -36,15 +40,16 @@ pub async fn list(
         .as_deref()
         .map(|c| cursor::decode::<SkuKey>("after", c))
         .transpose()?;
-    let mut conn = state.db.acquire().await?;
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let mut skus = crate::db::skus::search(
-        &mut conn,
+        &mut tx,
         caller.tenant_id,
         params.q.as_deref(),
         after.as_ref(),
         limit + 1,
     )
     .await?;
+    tx.commit().await?;
     let next = if skus.len() as i64 > limit {
         skus.truncate(limit as usize);
         skus.last()
@@ -55,16 +60,15 @@ pub async fn list(
     Ok(Json(SkusPage { skus, next }))
 }
 
-#[utoipa::path(get, path = "/v1/skus/{id}", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/skus/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Sku), (status = 404, body = Problem), (status = 401, body = Problem)))]
 pub async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Sku>> {
-    let mut conn = state.db.acquire().await?;
-    crate::db::skus::load(&mut conn, caller.tenant_id, id)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("SKU"))
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let sku = crate::db::skus::load(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    sku.map(Json).ok_or_else(|| ApiError::not_found("SKU"))
 }

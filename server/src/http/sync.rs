@@ -27,11 +27,14 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PullParams {
     /// The `cursor` of the previous pull; absent (or empty) for the first
     /// pull, which returns the whole current state before the changes.
+    #[param(nullable = false)]
     cursor: Option<String>,
     /// Documents per page, 1–1000, default 500.
+    #[param(nullable = false, minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 

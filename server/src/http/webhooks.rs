@@ -5,7 +5,7 @@ use axum::http::HeaderMap;
 use axum::Json;
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use holdfast_protocol::webhook;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::extract::{parse_json, require_json_content_type, ApiBytes};
 use super::ApiPath;
@@ -28,17 +28,46 @@ fn bad_signature() -> ApiError {
     )
 }
 
-#[utoipa::path(post, path = "/v1/webhooks/{tenant}/{provider}",
-    params(("tenant" = String, Path), ("provider" = String, Path, description = "warehouse or payments")),
-    responses((status = 200, description = r#"{"status": "processed"} or {"status": "duplicate"}"#),
-              (status = 401, body = Problem), (status = 400, body = Problem), (status = 404, body = Problem),
-              (status = 422, body = Problem), (status = 500, body = Problem)))]
+/// An inbound event as providers send it (API.md, "Inbound webhooks");
+/// `data`'s members depend on `type`. Providers may add members we do not use.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub struct InboundEvent {
+    /// `inventory.received`, `inventory.adjusted` or `payment.succeeded`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Ack {
+    Processed,
+    /// Already processed under this `webhook-id`; nothing was done again.
+    Duplicate,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct WebhookAck {
+    pub status: Ack,
+}
+
+#[utoipa::path(post, path = "/v1/webhooks/{tenant}/{provider}", request_body = InboundEvent,
+    params(("tenant" = String, Path), ("provider" = String, Path, description = "warehouse or payments"),
+           ("webhook-id" = String, Header, description = "the event id; a redelivery carries the same one"),
+           ("webhook-timestamp" = String, Header, description = "unix seconds; more than 5 minutes off is refused"),
+           ("webhook-signature" = String, Header, description = "`v1,<base64 HMAC-SHA256>` with the tenant's inbound secret")),
+    responses((status = 200, body = WebhookAck),
+              (status = 401, body = Problem, description = "bad or missing signature, or timestamp too far off"),
+              (status = 400, body = Problem), (status = 404, body = Problem),
+              (status = 422, body = Problem),
+              (status = 500, body = Problem, description = "our failure; the provider redelivers")))]
 pub async fn receive(
     State(state): State<AppState>,
     ApiPath((tenant, provider)): ApiPath<(String, String)>,
     headers: HeaderMap,
     ApiBytes(body): ApiBytes,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WebhookAck>> {
     let provider =
         Provider::parse(&provider).ok_or_else(|| ApiError::not_found("webhook provider"))?;
     let (tenant_id, secret) = inbox::secret_for(&state.db, &tenant, provider)
@@ -64,9 +93,14 @@ pub async fn receive(
         bad_signature()
     })?;
     require_json_content_type(&headers)?;
-    let envelope: inbox::Envelope = parse_json(&body)?;
+    let InboundEvent { type_, data } = parse_json(&body)?;
+    let envelope = inbox::Envelope { type_, data };
     match inbox::handle(&state.db, tenant_id, provider, event_id, &body, envelope).await? {
-        Handled::Processed => Ok(Json(json!({"status": "processed"}))),
-        Handled::Duplicate => Ok(Json(json!({"status": "duplicate"}))),
+        Handled::Processed => Ok(Json(WebhookAck {
+            status: Ack::Processed,
+        })),
+        Handled::Duplicate => Ok(Json(WebhookAck {
+            status: Ack::Duplicate,
+        })),
     }
 }

@@ -141,7 +141,7 @@ async fn apply_one(
     booked_so_far: u64,
 ) -> anyhow::Result<Option<Outcome>> {
     let t = run.tenant_id;
-    let mut tx = db.begin().await?;
+    let mut tx = crate::db::begin_for_tenant(db, t).await?;
     // Staged row first, then the position: always this order, and the only
     // other writers of positions lock one position at a time, so no cycle.
     let staged: Option<(i64, Option<String>)> = sqlx::query_as(

@@ -86,7 +86,7 @@ pub async fn import(
     };
     let mut first = true;
     loop {
-        let mut tx = db.begin().await?;
+        let mut tx = crate::db::begin_for_tenant(db, run.tenant_id).await?;
         // The run row lock serialises importers of one run: each page reads
         // the checkpoint and writes the next one under it, so two processes
         // importing the same file share the pages instead of doubling them.
