@@ -15,10 +15,11 @@ fi
 
 # A display: the server in the background, the desktop app in front; closing
 # the window stops the server too.
-if [ ! -x "$desktop" ]; then
-    (cd ui && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run build)
-    cargo build --locked -p holdfast-desktop
-fi
+# Always (re)build: a stale binary would embed an old UI. Both are quick when
+# nothing changed.
+echo "run: building the UI and the desktop app"
+(cd ui && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run build)
+cargo build --locked -p holdfast-desktop
 "$server" serve --demo --listen "$listen" &
 server_pid=$!
 trap 'kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true' EXIT
