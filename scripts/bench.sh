@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== release build (holdfast-bench, holdfast-server)"
-cargo build --release --locked -p holdfast-bench -p holdfast-server --bins
+echo "== release build (holdfast-bench, holdfast-server, the holdfast CLI)"
+cargo build --release --locked -p holdfast-bench -p holdfast-server -p holdfast-client --bins
 
 target="${CARGO_TARGET_DIR:-target}"
 server="$target/release/holdfast-server"

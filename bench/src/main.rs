@@ -5,6 +5,7 @@
 //! runs it on a private Postgres; see docs/BENCHMARKS.md.
 
 mod alloc;
+mod desk;
 mod items;
 mod load;
 mod progress;
@@ -35,7 +36,7 @@ use crate::setup::BenchDb;
     about = "Measures Holdfast against baselines run in the same process, on the same Postgres, \
              at the same concurrency, and prints a table of ratios.",
     long_about = "Measures Holdfast against baselines run in the same process, on the same \
-        Postgres, at the same concurrency, and prints a table of ratios (issue 9, items 1-7).\n\n\
+        Postgres, at the same concurrency, and prints a table of ratios (issue 9, items 1-9).\n\n\
         It creates a database holdfast_bench_<pid> in the cluster DATABASE_URL points at \
         (dropped afterwards), starts the server library on 127.0.0.1:0 on its own runtime, \
         and for each item alternates Holdfast and its baseline in rounds, so a burst of \
@@ -59,8 +60,9 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
 
-    /// Only these items (1-7; 1, 2 and 3 always run together; 8: the cost of
-    /// row-level security), e.g. `--only 4,6`.
+    /// Only these items (1-9; 1, 2 and 3 always run together; 8: first and
+    /// incremental pull into the client store; 9: the desk's enqueue, flush
+    /// and memory; 10: the cost of row-level security), e.g. `--only 4,6`.
     #[arg(long, value_delimiter = ',', value_name = "ITEMS")]
     only: Vec<u8>,
 
@@ -103,6 +105,9 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    if let Some(spec) = std::env::var_os(desk::CHILD_ENV) {
+        return desk::child(spec);
+    }
     let cli = Cli::parse();
     progress::start();
     init_server_log(&cli.server_log)?;
@@ -209,7 +214,10 @@ async fn measure(mut ctx: Ctx, machine: &mut Machine) -> anyhow::Result<Report> 
     machine.postgres = format!("PostgreSQL {version}");
     machine.postgres_settings = settings;
     let result = match items::all(&mut ctx).await {
-        Ok(mut t) => rls::run(&ctx, &mut t.0, &mut t.1).await.map(|()| t),
+        Ok(mut t) => match desk::run(&ctx, &mut t.0).await {
+            Ok(()) => rls::run(&ctx, &mut t.0, &mut t.1).await.map(|()| t),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     machine.load_after = report::loadavg();
