@@ -277,6 +277,15 @@ async fn a_transaction_committing_late_is_never_skipped(db: PgPool) {
     let tenant = demo::tenant_id("acme");
     let early = create_order(&s, &dana, "acme", "Austin Boutique").await;
     let late = create_order(&s, &dana, "acme", "Tokyo Distributor").await;
+    // Caught up for real: another test's transaction anywhere in the cluster
+    // may hold the fence below the creations, and a creation served only
+    // later would bring its order (at its current version) into the pull
+    // between the commits below.
+    let now: i64 = sqlx::query_scalar("select pg_current_xact_id()::text::bigint")
+        .fetch_one(&db)
+        .await
+        .expect("xid");
+    wait_for_fence_past(&db, now).await;
     let mut desk = Mirror::default();
     desk.catch_up(&s, &dana, 1000).await;
 
