@@ -827,19 +827,7 @@ async fn batch_push_matches_rest_and_replays(db: PgPool) {
         {"idempotency_key": "b-patch", "method": "PATCH", "path": format!("/v1/orders/{order}"),
          "body": {"base_version": 3, "set": {"customer_po": "FAX-0412"}}},
     ]);
-    let push = |items: Value| {
-        let s = &s;
-        let dana = &dana;
-        async move {
-            s.call(
-                Method::POST,
-                "/v1/sync/push",
-                Some(dana),
-                Some(json!({"mutations": items})),
-            )
-            .await
-        }
-    };
+    let push = |items: Value| s.push(&dana, items);
     let (status, first) = push(items.clone()).await;
     assert_eq!(status, StatusCode::OK, "{first}");
     let results = first["results"].as_array().expect("results");
@@ -1148,19 +1136,7 @@ async fn push_falls_back_to_savepoints_without_changing_answers(db: PgPool) {
     let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
     let line = Uuid::now_v7();
     let missing_line = Uuid::now_v7();
-    let push = |items: Value| {
-        let s = &s;
-        let dana = &dana;
-        async move {
-            s.call(
-                Method::POST,
-                "/v1/sync/push",
-                Some(dana),
-                Some(json!({"mutations": items})),
-            )
-            .await
-        }
-    };
+    let push = |items: Value| s.push(&dana, items);
     let statuses = |out: &Value| -> Vec<i64> {
         out["results"]
             .as_array()

@@ -88,6 +88,17 @@ impl TestServer {
     pub async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
         self.call(Method::GET, path, Some(token), None).await
     }
+
+    /// `POST /v1/sync/push` with these items as `mutations`.
+    pub async fn push(&self, token: &str, items: Value) -> (StatusCode, Value) {
+        self.call(
+            Method::POST,
+            "/v1/sync/push",
+            Some(token),
+            Some(serde_json::json!({ "mutations": items })),
+        )
+        .await
+    }
 }
 
 impl Drop for TestServer {
