@@ -122,7 +122,7 @@ impl Default for SyncConfig {
         SyncConfig {
             batch_size: 100,
             batch_bytes: 512 * 1024,
-            pull_limit: 500,
+            pull_limit: 1000,
             backoff_base_ms: 500,
             // A desk should never wait long once the network is back; the
             // stream reconnecting also retries at once.

@@ -23,14 +23,14 @@ use holdfast_protocol::model::{
 };
 use holdfast_protocol::problem::ProblemCode;
 use rusqlite::Transaction;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::act::Act;
 use crate::api::{Api, ApiError, PullPage, SseParser};
 use crate::engine::{problem_of, Engine, EngineEvent, Error, Result};
-use crate::store::pending::{self, Row, Status};
+use crate::store::pending::{self, Row, Status, Visit};
 use crate::store::{
     conflicts, customers, invoices, now_ms, orders, rejections, skus, sync_state, StoreError,
     SyncLock,
@@ -169,28 +169,28 @@ impl Engine {
     /// The next rows to send: in the user's order, skipping every order that
     /// has an earlier row not being sent now (held, or waiting to retry).
     fn next_batch(&self, now: i64) -> Result<Vec<Row>> {
-        let rows = self.inner.store.read(pending::all)?;
         let config = self.config();
+        let max_items = config.batch_size.clamp(1, 500);
         let mut blocked: HashSet<Uuid> = HashSet::new();
-        let mut batch = Vec::new();
-        let mut bytes = 0usize;
-        for row in rows {
-            if blocked.contains(&row.order_id) {
-                continue;
-            }
-            if row.status != Status::Queued || row.next_attempt_at > now {
-                blocked.insert(row.order_id);
-                continue;
-            }
-            let size = row.request.path.len() + row.request.body.to_string().len() + 128;
-            if batch.len() >= config.batch_size.clamp(1, 500)
-                || (!batch.is_empty() && bytes + size > config.batch_bytes)
-            {
-                break;
-            }
-            bytes += size;
-            batch.push(row);
-        }
+        let (mut items, mut bytes) = (0usize, 0usize);
+        let batch = self.inner.store.read(|tx| {
+            pending::scan(tx, |head| {
+                if blocked.contains(&head.order_id) {
+                    return Visit::Skip;
+                }
+                if head.status != Status::Queued || head.next_attempt_at > now {
+                    blocked.insert(head.order_id);
+                    return Visit::Skip;
+                }
+                let size = head.request_bytes + 128;
+                if items >= max_items || (items > 0 && bytes + size > config.batch_bytes) {
+                    return Visit::Stop;
+                }
+                items += 1;
+                bytes += size;
+                Visit::Take
+            })
+        })?;
         Ok(batch)
     }
 
@@ -375,20 +375,15 @@ impl Engine {
     /// earliest act waiting to retry falls due (at most `poll_interval`).
     fn next_wake(&self) -> Result<Duration> {
         let now = now_ms();
-        let (state, rows) = self
+        let (state, next_row) = self
             .inner
             .store
-            .read(|tx| Ok((sync_state::get(tx)?, pending::all(tx)?)))?;
+            .read(|tx| Ok((sync_state::get(tx)?, pending::next_attempt(tx)?)))?;
         let mut at = now + self.config().poll_interval.as_millis() as i64;
         if let Some(t) = state.next_attempt_at {
             at = at.min(t);
         }
-        if let Some(t) = rows
-            .iter()
-            .filter(|r| r.status == Status::Queued)
-            .map(|r| r.next_attempt_at)
-            .min()
-        {
+        if let Some(t) = next_row {
             if state.next_attempt_at.is_none_or(|b| b <= now) {
                 at = at.min(t);
             }
@@ -510,7 +505,7 @@ fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<(), St
     };
     match &row.act {
         Act::Allocate { line_id, .. } | Act::Release { line_id, .. } => {
-            match serde_json::from_value::<AllocationResult>(body.clone()) {
+            match AllocationResult::deserialize(body) {
                 Ok(r) => {
                     if orders::upsert(tx, &r.order)? {
                         if let Some(line) = r.order.lines.iter().find(|l| l.id == *line_id) {
@@ -521,7 +516,7 @@ fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<(), St
                 Err(e) => unreadable(e),
             }
         }
-        _ => match serde_json::from_value::<Order>(body.clone()) {
+        _ => match Order::deserialize(body) {
             Ok(order) => {
                 orders::upsert(tx, &order)?;
             }
@@ -550,7 +545,7 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
         change: &crate::api::RawChange,
         data: &Value,
     ) -> Option<T> {
-        serde_json::from_value(data.clone())
+        T::deserialize(data)
             .map_err(|e| {
                 tracing::warn!(kind = %change.kind, id = %change.id, error = %e,
                     "skipping a pulled document this build cannot read");

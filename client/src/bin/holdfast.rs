@@ -17,6 +17,7 @@ use holdfast_client::token::{FileTokens, KeyringTokens, TokenStore};
 use holdfast_client::view::OrderView;
 use holdfast_client::{Engine, EngineEvent, Error, NewOrder, SyncConfig, SyncReport};
 use holdfast_protocol::model::{OrderHeaderSet, OrderStatus};
+use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -326,7 +327,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Status => {
             let s = engine.status()?;
-            out.print(&serde_json::to_value(&s)?, || status_text(&s));
+            out.print(&s, || status_text(&s));
             Ok(ExitCode::SUCCESS)
         }
         Command::Orders { status } => {
@@ -339,15 +340,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .filter(|v| want.is_none_or(|w| v.order.status == w))
                 .collect();
-            out.print(&serde_json::to_value(&views)?, || {
-                orders_text(&engine, &views)
-            });
+            out.print(&views, || orders_text(&engine, &views));
             Ok(ExitCode::SUCCESS)
         }
         Command::Order(cmd) => order(&engine, &out, cmd, !cli.no_sync).await,
         Command::Skus { query, limit } => {
             let skus = engine.skus(&query.join(" "), limit)?;
-            out.print(&serde_json::to_value(&skus)?, || {
+            out.print(&skus, || {
                 let mut s = format!(
                     "{:<8}  {:<22} {:<14} {:<4} {:>9} {:>5} {:>5}\n",
                     "id", "style", "colour", "size", "price", "ATS", "mine"
@@ -371,7 +370,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Customers => {
             let cs = engine.customers()?;
-            out.print(&serde_json::to_value(&cs)?, || {
+            out.print(&cs, || {
                 cs.iter()
                     .map(|c| {
                         format!(
@@ -410,7 +409,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Conflicts => {
             let cs = engine.conflicts()?;
-            out.print(&serde_json::to_value(&cs)?, || {
+            out.print(&cs, || {
                 if cs.is_empty() {
                     return "No conflicts.".to_owned();
                 }
@@ -459,7 +458,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Rejections => {
             let rs = engine.rejections()?;
-            out.print(&serde_json::to_value(&rs)?, || {
+            out.print(&rs, || {
                 if rs.is_empty() {
                     return "No rejections.".to_owned();
                 }
@@ -501,15 +500,19 @@ struct Out {
 }
 
 impl Out {
-    fn print(&self, value: &Value, text: impl FnOnce() -> String) {
-        let mut stdout = std::io::stdout().lock();
-        let s = if self.json {
-            serde_json::to_string_pretty(value).unwrap_or_default()
-        } else {
-            text()
-        };
+    /// Prints `value` as pretty JSON (`--json`, streamed: a long list is
+    /// never built twice in memory) or as `text`.
+    fn print<T: Serialize + ?Sized>(&self, value: &T, text: impl FnOnce() -> String) {
+        let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
         // A closed pipe (`| head`) is not our failure.
-        let _ = writeln!(stdout, "{s}");
+        let _ = if self.json {
+            serde_json::to_writer_pretty(&mut stdout, value)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(stdout))
+        } else {
+            writeln!(stdout, "{}", text())
+        };
+        let _ = stdout.flush();
     }
 }
 
@@ -699,7 +702,7 @@ async fn order(
             let view = engine
                 .order(id)?
                 .ok_or_else(|| anyhow!("no order {id} on this desk"))?;
-            out.print(&serde_json::to_value(&view)?, || order_text(engine, &view));
+            out.print(&view, || order_text(engine, &view));
             return Ok(ExitCode::SUCCESS);
         }
         OrderCommand::New {

@@ -50,42 +50,46 @@ impl Record {
 
 /// Opens the order's conflict (replacing an older record for it).
 pub fn open(tx: &Transaction<'_>, r: &Record) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "insert or replace into conflicts (order_id, pending_seq, idempotency_key,
                 your_base_version, base_doc, theirs, detected_at)
          values (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        params![
-            r.order_id.to_string(),
-            r.pending_seq,
-            r.key,
-            r.your_base_version,
-            r.base_doc.as_ref().map(to_json).transpose()?,
-            to_json(&r.theirs)?,
-            r.detected_at
-        ],
-    )?;
+    )?
+    .execute(params![
+        r.order_id.to_string(),
+        r.pending_seq,
+        r.key,
+        r.your_base_version,
+        r.base_doc.as_ref().map(to_json).transpose()?,
+        to_json(&r.theirs)?,
+        r.detected_at
+    ])?;
     Ok(())
 }
 
 /// A pull brought a newer server document: the user decides against it.
 pub fn refresh_theirs(tx: &Transaction<'_>, theirs: &Order) -> StoreResult<()> {
+    // Every pulled order passes here and almost none is in conflict: ask
+    // that first, cheaply, before decoding a record.
+    let open: bool = tx
+        .prepare_cached("select exists (select 1 from conflicts where order_id = ?1)")?
+        .query_row([theirs.id.to_string()], |r| r.get(0))?;
+    if !open {
+        return Ok(());
+    }
     let Some(current) = get(tx, theirs.id)? else {
         return Ok(());
     };
     if current.theirs.version < theirs.version {
-        tx.execute(
-            "update conflicts set theirs = ?2 where order_id = ?1",
-            params![theirs.id.to_string(), to_json(theirs)?],
-        )?;
+        tx.prepare_cached("update conflicts set theirs = ?2 where order_id = ?1")?
+            .execute(params![theirs.id.to_string(), to_json(theirs)?])?;
     }
     Ok(())
 }
 
 pub fn close(tx: &Transaction<'_>, order_id: Uuid) -> StoreResult<()> {
-    tx.execute(
-        "delete from conflicts where order_id = ?1",
-        [order_id.to_string()],
-    )?;
+    tx.prepare_cached("delete from conflicts where order_id = ?1")?
+        .execute([order_id.to_string()])?;
     Ok(())
 }
 

@@ -20,18 +20,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
 
 /// Stores `c` unless the mirror already holds a newer version.
 pub fn upsert(tx: &Transaction<'_>, c: &Customer, version: i64) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "insert into customers (id, name, credit_limit, version) values (?1, ?2, ?3, ?4)
          on conflict (id) do update set name = excluded.name, credit_limit = excluded.credit_limit,
                 version = excluded.version
           where excluded.version >= customers.version",
-        params![c.id.to_string(), c.name, c.credit_limit, version],
-    )?;
+    )?
+    .execute(params![c.id.to_string(), c.name, c.credit_limit, version])?;
     Ok(())
 }
 
 pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
-    tx.execute("delete from customers where id = ?1", [id.to_string()])?;
+    tx.prepare_cached("delete from customers where id = ?1")?
+        .execute([id.to_string()])?;
     Ok(())
 }
 
@@ -56,14 +57,11 @@ pub fn list(tx: &Transaction<'_>) -> StoreResult<Vec<Customer>> {
 }
 
 pub fn get(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<Customer>> {
-    tx.query_row(
-        "select id, name, credit_limit from customers where id = ?1",
-        [id.to_string()],
-        row,
-    )
-    .optional()?
-    .map(customer)
-    .transpose()
+    tx.prepare_cached("select id, name, credit_limit from customers where id = ?1")?
+        .query_row([id.to_string()], row)
+        .optional()?
+        .map(customer)
+        .transpose()
 }
 
 /// Customers whose name contains `text` (case-insensitive, ASCII).

@@ -23,44 +23,42 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
 
 pub fn upsert(tx: &Transaction<'_>, i: &Invoice, version: i64) -> StoreResult<()> {
     let status: String = from_json(&to_json(&i.status)?)?;
-    tx.execute(
+    tx.prepare_cached(
         "insert into invoices (id, order_id, amount, status, paid_at, version)
          values (?1, ?2, ?3, ?4, ?5, ?6)
          on conflict (id) do update set order_id = excluded.order_id, amount = excluded.amount,
                 status = excluded.status, paid_at = excluded.paid_at, version = excluded.version
           where excluded.version >= invoices.version",
-        params![
-            i.id.to_string(),
-            i.order_id.to_string(),
-            i.amount,
-            status,
-            i.paid_at.map(|t| t.to_rfc3339()),
-            version
-        ],
-    )?;
+    )?
+    .execute(params![
+        i.id.to_string(),
+        i.order_id.to_string(),
+        i.amount,
+        status,
+        i.paid_at.map(|t| t.to_rfc3339()),
+        version
+    ])?;
     Ok(())
 }
 
 pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
-    tx.execute("delete from invoices where id = ?1", [id.to_string()])?;
+    tx.prepare_cached("delete from invoices where id = ?1")?
+        .execute([id.to_string()])?;
     Ok(())
 }
 
 pub fn get(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<Invoice>> {
     let row = tx
-        .query_row(
-            "select id, order_id, amount, status, paid_at from invoices where id = ?1",
-            [id.to_string()],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                ))
-            },
-        )
+        .prepare_cached("select id, order_id, amount, status, paid_at from invoices where id = ?1")?
+        .query_row([id.to_string()], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+            ))
+        })
         .optional()?;
     let Some((id, order_id, amount, status, paid_at)) = row else {
         return Ok(None);

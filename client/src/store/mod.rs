@@ -112,6 +112,9 @@ impl Store {
         }
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // A pull page or a push answer runs the same dozen statements
+        // thousands of times: keep them all prepared.
+        conn.set_prepared_statement_cache_capacity(64);
         // journal_mode answers with a row, so it is queried, not executed.
         let mode: String = conn.query_row("pragma journal_mode = wal", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {

@@ -45,16 +45,13 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
 /// answer can carry an old document). Returns whether it was stored.
 pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
     let stored: Option<i64> = tx
-        .query_row(
-            "select version from orders where id = ?1",
-            [o.id.to_string()],
-            |r| r.get(0),
-        )
+        .prepare_cached("select version from orders where id = ?1")?
+        .query_row([o.id.to_string()], |r| r.get(0))
         .optional()?;
     if stored.is_some_and(|v| v > o.version) {
         return Ok(false);
     }
-    tx.execute(
+    tx.prepare_cached(
         "insert into orders (id, customer_id, customer_po, ship_window_start, ship_window_end,
                              notes, status, version, invoice_id, updated_at, updated_by,
                              updated_by_name, created_at)
@@ -66,26 +63,24 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
                 invoice_id = excluded.invoice_id, updated_at = excluded.updated_at,
                 updated_by = excluded.updated_by, updated_by_name = excluded.updated_by_name,
                 created_at = excluded.created_at",
-        params![
-            o.id.to_string(),
-            o.customer_id.to_string(),
-            o.customer_po,
-            o.ship_window_start.map(|d| d.to_string()),
-            o.ship_window_end.map(|d| d.to_string()),
-            o.notes,
-            o.status.as_str(),
-            o.version,
-            o.invoice_id.map(|i| i.to_string()),
-            o.updated_at.to_rfc3339(),
-            o.updated_by.to_string(),
-            o.updated_by_name,
-            o.created_at.to_rfc3339(),
-        ],
-    )?;
-    tx.execute(
-        "delete from order_lines where order_id = ?1",
-        [o.id.to_string()],
-    )?;
+    )?
+    .execute(params![
+        o.id.to_string(),
+        o.customer_id.to_string(),
+        o.customer_po,
+        o.ship_window_start.map(|d| d.to_string()),
+        o.ship_window_end.map(|d| d.to_string()),
+        o.notes,
+        o.status.as_str(),
+        o.version,
+        o.invoice_id.map(|i| i.to_string()),
+        o.updated_at.to_rfc3339(),
+        o.updated_by.to_string(),
+        o.updated_by_name,
+        o.created_at.to_rfc3339(),
+    ])?;
+    tx.prepare_cached("delete from order_lines where order_id = ?1")?
+        .execute([o.id.to_string()])?;
     let mut insert = tx.prepare_cached(
         "insert into order_lines (order_id, id, position, sku_id, qty_ordered, qty_allocated)
          values (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -104,7 +99,8 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
 }
 
 pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
-    tx.execute("delete from orders where id = ?1", [id.to_string()])?;
+    tx.prepare_cached("delete from orders where id = ?1")?
+        .execute([id.to_string()])?;
     Ok(())
 }
 

@@ -103,23 +103,23 @@ pub struct New<'a> {
 
 pub fn insert(tx: &Transaction<'_>, new: &New<'_>) -> StoreResult<i64> {
     let req = new.act.request();
-    tx.execute(
+    tx.prepare_cached(
         "insert into pending (idempotency_key, order_id, schema_version, act, method, path, body,
                               base_version, base_doc, created_at, next_attempt_at)
          values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-        params![
-            new.key,
-            new.act.order_id().to_string(),
-            act::SCHEMA,
-            to_json(new.act)?,
-            req.method,
-            req.path,
-            to_json(&req.body)?,
-            new.base_version,
-            new.base_doc.map(to_json).transpose()?,
-            new.now,
-        ],
-    )?;
+    )?
+    .execute(params![
+        new.key,
+        new.act.order_id().to_string(),
+        act::SCHEMA,
+        to_json(new.act)?,
+        req.method,
+        req.path,
+        to_json(&req.body)?,
+        new.base_version,
+        new.base_doc.map(to_json).transpose()?,
+        new.now,
+    ])?;
     Ok(tx.last_insert_rowid())
 }
 
@@ -202,6 +202,59 @@ pub fn all(tx: &Transaction<'_>) -> StoreResult<Vec<Row>> {
     rows.into_iter().map(row).collect()
 }
 
+/// What [`scan`] sees of a row before deciding: the cheap columns only.
+#[derive(Debug, Clone, Copy)]
+pub struct Head {
+    pub order_id: Uuid,
+    pub status: Status,
+    pub next_attempt_at: i64,
+    /// Bytes of the request as sent (path and body).
+    pub request_bytes: usize,
+}
+
+/// What [`scan`] does with the row it showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    Take,
+    Skip,
+    Stop,
+}
+
+/// Walks the rows in the user's order and decodes only those `visit`
+/// takes, stopping when it says so. Picking the next push batch is then
+/// proportional to the batch (plus any held rows ahead of it), not to the
+/// whole queue: a 10,000-act flush reads each row once instead of decoding
+/// every remaining row (act and base document) for every batch.
+pub fn scan(tx: &Transaction<'_>, mut visit: impl FnMut(&Head) -> Visit) -> StoreResult<Vec<Row>> {
+    let mut heads = tx.prepare_cached(
+        "select seq, order_id, status, next_attempt_at, octet_length(path) + octet_length(body)
+           from pending order by seq",
+    )?;
+    let mut whole = tx.prepare_cached(&format!("select {COLUMNS} from pending where seq = ?1"))?;
+    let mut rows = heads.query([])?;
+    let mut taken = Vec::new();
+    while let Some(r) = rows.next()? {
+        let order_id: String = r.get(1)?;
+        let head = Head {
+            order_id: order_id
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("pending order id {order_id:?}")))?,
+            status: Status::parse(&r.get::<_, String>(2)?)?,
+            next_attempt_at: r.get(3)?,
+            request_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(usize::MAX),
+        };
+        match visit(&head) {
+            Visit::Take => {
+                let seq: i64 = r.get(0)?;
+                taken.push(row(whole.query_row([seq], raw)?)?);
+            }
+            Visit::Skip => {}
+            Visit::Stop => break,
+        }
+    }
+    Ok(taken)
+}
+
 /// The pending rows of one order, in the user's order.
 pub fn for_order(tx: &Transaction<'_>, order_id: Uuid) -> StoreResult<Vec<Row>> {
     let mut stmt = tx.prepare_cached(&format!(
@@ -226,15 +279,16 @@ pub fn get(tx: &Transaction<'_>, seq: i64) -> StoreResult<Option<Row>> {
 
 /// The act reached the server (or is dropped by the user).
 pub fn delete(tx: &Transaction<'_>, seq: i64) -> StoreResult<()> {
-    tx.execute("delete from pending where seq = ?1", [seq])?;
+    tx.prepare_cached("delete from pending where seq = ?1")?
+        .execute([seq])?;
     Ok(())
 }
 
 pub fn set_status(tx: &Transaction<'_>, seq: i64, status: Status, error: &str) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "update pending set status = ?2, attempts = attempts + 1, last_error = ?3 where seq = ?1",
-        params![seq, status.as_str(), error],
-    )?;
+    )?
+    .execute(params![seq, status.as_str(), error])?;
     Ok(())
 }
 
@@ -245,11 +299,11 @@ pub fn retry_later(
     error: &str,
     next_attempt_at: i64,
 ) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "update pending set attempts = attempts + 1, last_error = ?2, next_attempt_at = ?3
           where seq = ?1",
-        params![seq, error, next_attempt_at],
-    )?;
+    )?
+    .execute(params![seq, error, next_attempt_at])?;
     Ok(())
 }
 
@@ -267,34 +321,39 @@ pub fn replace(
     now: i64,
 ) -> StoreResult<()> {
     let req = act.request();
-    tx.execute(
+    tx.prepare_cached(
         "update pending set idempotency_key = ?2, schema_version = ?3, act = ?4, method = ?5,
                 path = ?6, body = ?7, base_version = ?8, base_doc = ?9, attempts = 0,
                 next_attempt_at = ?10, last_error = null, status = 'queued'
           where seq = ?1",
-        params![
-            seq,
-            key,
-            act::SCHEMA,
-            to_json(act)?,
-            req.method,
-            req.path,
-            to_json(&req.body)?,
-            base_version,
-            base_doc.map(to_json).transpose()?,
-            now
-        ],
-    )?;
+    )?
+    .execute(params![
+        seq,
+        key,
+        act::SCHEMA,
+        to_json(act)?,
+        req.method,
+        req.path,
+        to_json(&req.body)?,
+        base_version,
+        base_doc.map(to_json).transpose()?,
+        now
+    ])?;
     Ok(())
+}
+
+/// When the earliest queued row may next be sent (None: nothing queued).
+pub fn next_attempt(tx: &Transaction<'_>) -> StoreResult<Option<i64>> {
+    Ok(tx
+        .prepare_cached("select min(next_attempt_at) from pending where status = 'queued'")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// Number of rows and the oldest row's creation time.
 pub fn summary(tx: &Transaction<'_>) -> StoreResult<(i64, Option<i64>)> {
-    Ok(
-        tx.query_row("select count(*), min(created_at) from pending", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?,
-    )
+    Ok(tx
+        .prepare_cached("select count(*), min(created_at) from pending")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
 /// Writes a row in the shape an older app wrote it (tests of upcasting).
@@ -307,19 +366,91 @@ pub fn insert_raw_v1(
     base_version: i64,
     now: i64,
 ) -> StoreResult<i64> {
-    tx.execute(
+    tx.prepare_cached(
         "insert into pending (idempotency_key, order_id, schema_version, act, method, path, body,
                               base_version, created_at, next_attempt_at)
          values (?1, ?2, 1, null, ?3, ?4, ?5, ?6, ?7, ?7)",
-        params![
-            key,
-            order_id.to_string(),
-            request.method,
-            request.path,
-            to_json(&request.body)?,
-            base_version,
-            now
-        ],
-    )?;
+    )?
+    .execute(params![
+        key,
+        order_id.to_string(),
+        request.method,
+        request.path,
+        to_json(&request.body)?,
+        base_version,
+        now
+    ])?;
     Ok(tx.last_insert_rowid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    fn cancel(order_id: Uuid) -> Act {
+        Act::Cancel {
+            order_id,
+            base_version: 1,
+        }
+    }
+
+    #[test]
+    fn scan_decodes_only_what_it_takes_in_the_users_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("desk.db")).expect("open");
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let seqs = store
+            .write(|tx| {
+                let mut seqs = Vec::new();
+                for (i, order) in [a, b, a, b, b].into_iter().enumerate() {
+                    let act = cancel(order);
+                    let key = format!("k{i}");
+                    let new = New {
+                        key: &key,
+                        act: &act,
+                        base_version: 1,
+                        base_doc: None,
+                        now: 0,
+                    };
+                    seqs.push(insert(tx, &new)?);
+                }
+                // Order a's first act is held (a conflict).
+                set_status(tx, seqs[0], Status::Conflict, "version conflict")?;
+                Ok(seqs)
+            })
+            .expect("queue");
+        let mut seen = Vec::new();
+        let taken = store
+            .read(|tx| {
+                scan(tx, |head| {
+                    seen.push((head.order_id, head.status));
+                    if head.status != Status::Queued || head.order_id == a {
+                        Visit::Skip
+                    } else if seen.len() == 4 {
+                        Visit::Stop
+                    } else {
+                        Visit::Take
+                    }
+                })
+            })
+            .expect("scan");
+        assert_eq!(
+            seen,
+            vec![
+                (a, Status::Conflict),
+                (b, Status::Queued),
+                (a, Status::Queued),
+                (b, Status::Queued),
+            ],
+            "rows are shown in seq order and the walk stops when told"
+        );
+        let taken: Vec<i64> = taken.iter().map(|r| r.seq).collect();
+        assert_eq!(taken, vec![seqs[1]], "only the taken row is decoded");
+        assert_eq!(
+            store.read(|tx| next_attempt(tx)).expect("next"),
+            Some(0),
+            "queued rows are due at once"
+        );
+    }
 }

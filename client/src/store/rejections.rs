@@ -41,23 +41,24 @@ pub fn open(
     problem: &Problem,
     now: i64,
 ) -> StoreResult<i64> {
-    tx.execute(
+    tx.prepare_cached(
         "insert or replace into rejections (pending_seq, order_id, idempotency_key, problem,
                 created_at)
          values (?1, ?2, ?3, ?4, ?5)",
-        params![
-            pending_seq,
-            order_id.to_string(),
-            key,
-            to_json(problem)?,
-            now
-        ],
-    )?;
+    )?
+    .execute(params![
+        pending_seq,
+        order_id.to_string(),
+        key,
+        to_json(problem)?,
+        now
+    ])?;
     Ok(tx.last_insert_rowid())
 }
 
 pub fn close(tx: &Transaction<'_>, id: i64) -> StoreResult<()> {
-    tx.execute("delete from rejections where id = ?1", [id])?;
+    tx.prepare_cached("delete from rejections where id = ?1")?
+        .execute([id])?;
     Ok(())
 }
 

@@ -31,7 +31,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
 
 /// Stores `s` unless the mirror already holds a newer version.
 pub fn upsert(tx: &Transaction<'_>, s: &Sku, version: i64) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "insert into skus (id, style, color, size, wholesale_price, msrp, on_hand, on_order,
                            allocated, ats, version, learned_at)
          values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
@@ -41,21 +41,21 @@ pub fn upsert(tx: &Transaction<'_>, s: &Sku, version: i64) -> StoreResult<()> {
                 allocated = excluded.allocated, ats = excluded.ats, version = excluded.version,
                 learned_at = excluded.learned_at
           where excluded.version >= skus.version",
-        params![
-            s.id.to_string(),
-            s.style,
-            s.color,
-            s.size,
-            s.wholesale_price,
-            s.msrp,
-            s.on_hand,
-            s.on_order,
-            s.allocated,
-            s.ats,
-            version,
-            super::now_ms()
-        ],
-    )?;
+    )?
+    .execute(params![
+        s.id.to_string(),
+        s.style,
+        s.color,
+        s.size,
+        s.wholesale_price,
+        s.msrp,
+        s.on_hand,
+        s.on_order,
+        s.allocated,
+        s.ats,
+        version,
+        super::now_ms()
+    ])?;
     Ok(())
 }
 
@@ -63,16 +63,17 @@ pub fn upsert(tx: &Transaction<'_>, s: &Sku, version: i64) -> StoreResult<()> {
 /// server left it (on hand and on order unchanged by it). The feed brings the
 /// versioned document soon after; this keeps the ATS right meanwhile.
 pub fn set_ats(tx: &Transaction<'_>, id: Uuid, ats_after: i64) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "update skus set ats = ?2, allocated = on_hand + on_order - ?2, learned_at = ?3
           where id = ?1",
-        params![id.to_string(), ats_after, super::now_ms()],
-    )?;
+    )?
+    .execute(params![id.to_string(), ats_after, super::now_ms()])?;
     Ok(())
 }
 
 pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
-    tx.execute("delete from skus where id = ?1", [id.to_string()])?;
+    tx.prepare_cached("delete from skus where id = ?1")?
+        .execute([id.to_string()])?;
     Ok(())
 }
 
@@ -151,14 +152,13 @@ pub fn find_exact(
 /// The SKU's ATS and when this desk learned it (ms).
 pub fn ats_learned(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<(i64, i64)>> {
     Ok(tx
-        .query_row(
-            "select ats, learned_at from skus where id = ?1",
-            [id.to_string()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("select ats, learned_at from skus where id = ?1")?
+        .query_row([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?)
 }
 
 pub fn count(tx: &Transaction<'_>) -> StoreResult<i64> {
-    Ok(tx.query_row("select count(*) from skus", [], |r| r.get(0))?)
+    Ok(tx
+        .prepare_cached("select count(*) from skus")?
+        .query_row([], |r| r.get(0))?)
 }

@@ -65,13 +65,14 @@ pub struct SyncState {
 }
 
 pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
-    let row = tx.query_row(
-        "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
+    let row = tx
+        .prepare_cached(
+            "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
                 device_name, cursor, last_push_at, last_pull_at, last_synced_at, failures,
                 next_attempt_at, last_error, online
            from sync_state where id = 1",
-        [],
-        |r| {
+        )?
+        .query_row([], |r| {
             let server_url: Option<String> = r.get(1)?;
             let user_id: Option<String> = r.get(4)?;
             let profile = match (server_url, user_id) {
@@ -101,8 +102,7 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
                     online: r.get::<_, Option<i64>>(15)?.map(|v| v != 0),
                 },
             ))
-        },
-    )?;
+        })?;
     let (store_id, ids, (slug, tname, email, uname, device), mut state) = row;
     state.store_id = store_id;
     if let Some((server_url, user_id)) = ids {
@@ -126,30 +126,30 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
 /// (cursor cleared): the mirrors are what *they* may see.
 pub fn set_profile(tx: &Transaction<'_>, p: &Profile) -> StoreResult<()> {
     let same: Option<bool> = tx
-        .query_row(
-            "select server_url = ?1 and tenant_slug = ?2 from sync_state where id = 1",
-            params![p.server_url, p.tenant_slug],
-            |r| r.get::<_, Option<bool>>(0),
-        )
+        .prepare_cached("select server_url = ?1 and tenant_slug = ?2 from sync_state where id = 1")?
+        .query_row(params![p.server_url, p.tenant_slug], |r| {
+            r.get::<_, Option<bool>>(0)
+        })
         .optional()?
         .flatten();
-    tx.execute(
+    tx.prepare_cached(
         "update sync_state set server_url = ?1, tenant_slug = ?2, tenant_name = ?3, user_id = ?4,
                 user_email = ?5, user_name = ?6, device_name = ?7, failures = 0,
                 next_attempt_at = null, last_error = null
           where id = 1",
-        params![
-            p.server_url,
-            p.tenant_slug,
-            p.tenant_name,
-            p.user_id.to_string(),
-            p.user_email,
-            p.user_name,
-            p.device_name
-        ],
-    )?;
+    )?
+    .execute(params![
+        p.server_url,
+        p.tenant_slug,
+        p.tenant_name,
+        p.user_id.to_string(),
+        p.user_email,
+        p.user_name,
+        p.device_name
+    ])?;
     if same != Some(true) {
-        tx.execute("update sync_state set cursor = null where id = 1", [])?;
+        tx.prepare_cached("update sync_state set cursor = null where id = 1")?
+            .execute([])?;
     }
     Ok(())
 }
@@ -157,51 +157,43 @@ pub fn set_profile(tx: &Transaction<'_>, p: &Profile) -> StoreResult<()> {
 /// The last server, tenant and user this store was signed in to, kept after
 /// logout: acts queued by that user must not go out under another.
 pub fn last_identity(tx: &Transaction<'_>) -> StoreResult<Option<(String, String, String)>> {
-    Ok(tx.query_row(
-        "select server_url, tenant_slug, user_email from sync_state where id = 1",
-        [],
-        |r| {
+    Ok(tx
+        .prepare_cached("select server_url, tenant_slug, user_email from sync_state where id = 1")?
+        .query_row([], |r| {
             Ok(match (r.get(0)?, r.get(1)?, r.get(2)?) {
                 (Some(a), Some(b), Some(c)) => Some((a, b, c)),
                 _ => None,
             })
-        },
-    )?)
+        })?)
 }
 
 /// Forgets the signed-in user (the mirrors and pending acts stay).
 pub fn clear_profile(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.execute(
-        "update sync_state set user_id = null, online = null where id = 1",
-        [],
-    )?;
+    tx.prepare_cached("update sync_state set user_id = null, online = null where id = 1")?
+        .execute([])?;
     Ok(())
 }
 
 pub fn set_cursor(tx: &Transaction<'_>, cursor: &str, at: i64) -> StoreResult<()> {
-    tx.execute(
-        "update sync_state set cursor = ?1, last_pull_at = ?2 where id = 1",
-        params![cursor, at],
-    )?;
+    tx.prepare_cached("update sync_state set cursor = ?1, last_pull_at = ?2 where id = 1")?
+        .execute(params![cursor, at])?;
     Ok(())
 }
 
 pub fn pushed(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
-    tx.execute(
-        "update sync_state set last_push_at = ?1 where id = 1",
-        params![at],
-    )?;
+    tx.prepare_cached("update sync_state set last_push_at = ?1 where id = 1")?
+        .execute(params![at])?;
     Ok(())
 }
 
 /// A pass reached the server and finished: the backoff resets.
 pub fn succeeded(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "update sync_state set last_synced_at = ?1, failures = 0, next_attempt_at = null,
                 last_error = null, online = 1
           where id = 1",
-        params![at],
-    )?;
+    )?
+    .execute(params![at])?;
     Ok(())
 }
 
@@ -215,26 +207,24 @@ pub fn failed(
     now: i64,
     delay_ms: impl FnOnce(u32) -> i64,
 ) -> StoreResult<i64> {
-    let failures: u32 = tx.query_row(
-        "update sync_state set failures = failures + 1, last_error = ?1,
+    let failures: u32 = tx
+        .prepare_cached(
+            "update sync_state set failures = failures + 1, last_error = ?1,
                 online = case when ?2 then 0 else online end
           where id = 1 returning failures",
-        params![error, offline],
-        |r| r.get(0),
-    )?;
+        )?
+        .query_row(params![error, offline], |r| r.get(0))?;
     let next = now.saturating_add(delay_ms(failures));
-    tx.execute(
-        "update sync_state set next_attempt_at = ?1 where id = 1",
-        params![next],
-    )?;
+    tx.prepare_cached("update sync_state set next_attempt_at = ?1 where id = 1")?
+        .execute(params![next])?;
     Ok(next)
 }
 
 /// Connectivity came back (the stream connected): retry at once.
 pub fn reset_backoff(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.execute(
+    tx.prepare_cached(
         "update sync_state set failures = 0, next_attempt_at = null, online = 1 where id = 1",
-        [],
-    )?;
+    )?
+    .execute([])?;
     Ok(())
 }
