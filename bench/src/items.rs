@@ -190,7 +190,7 @@ pub async fn all(ctx: &mut Ctx) -> anyhow::Result<Tables> {
         stream_item(ctx, &mut rows, &mut notes).await?;
     }
     if ctx.plan.wants(6) {
-        relay_item::run(ctx, &mut rows, &mut diagnostics).await?;
+        relay_item::run(ctx, &mut rows).await?;
     }
     rows.sort_by(|a, b| a.item.cmp(&b.item));
     Ok((rows, diagnostics, notes))

@@ -123,13 +123,8 @@ impl Server {
     }
 
     pub async fn start_relays(&mut self, n: usize) -> anyhow::Result<()> {
-        self.start_relays_on(self.db.clone(), n).await
-    }
-
-    /// Relay workers on a pool of their own (a diagnostic: other settings).
-    pub async fn start_relays_on(&mut self, db: PgPool, n: usize) -> anyhow::Result<()> {
         for _ in 0..n {
-            let (db, settings) = (db.clone(), self.relay_settings.clone());
+            let (db, settings) = (self.db.clone(), self.relay_settings.clone());
             let handle = self
                 .rt
                 .spawn(async move { relay::spawn(db, settings) })
@@ -137,24 +132,6 @@ impl Server {
             self.relays.push(handle);
         }
         Ok(())
-    }
-
-    /// A pool like the server's whose sessions run `synchronous_commit = off`:
-    /// commits return before their WAL is flushed (a crash may lose the last
-    /// few, never corrupt anything), on the server's runtime.
-    pub async fn async_commit_pool(&self, size: u32) -> anyhow::Result<PgPool> {
-        let options = (*self.db.connect_options())
-            .clone()
-            .options([("synchronous_commit", "off")]);
-        Ok(self
-            .rt
-            .spawn(async move {
-                PgPoolOptions::new()
-                    .max_connections(size)
-                    .connect_with(options)
-                    .await
-            })
-            .await??)
     }
 
     /// Graceful: the relays finish the deliveries they have in flight.

@@ -1,6 +1,5 @@
 //! Item 6: the relay's throughput with 1 and 2 workers and its commit → 2xx
-//! latency, each next to the bare signed-POST loop, plus the diagnostics that
-//! show where its time goes (batched claims and marks; async commits).
+//! latency, each next to the bare signed-POST loop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,11 +11,7 @@ use super::Ctx;
 use crate::report::{self, latency, ms, rate, Goal, Row};
 use crate::{progress, relay};
 
-pub(super) async fn run(
-    ctx: &mut Ctx,
-    rows: &mut Vec<Row>,
-    diagnostics: &mut Vec<Row>,
-) -> anyhow::Result<()> {
+pub(super) async fn run(ctx: &mut Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let n = ctx.plan.relay_events;
     let tenant = ctx.fixture.tenant;
     // Everything enqueued so far is fanned out (to nobody) before the partner
@@ -82,34 +77,6 @@ pub(super) async fn run(
             ..Row::default()
         });
     }
-    // Diagnostic: what the relay's own statements do when claims and marks
-    // are batched (no server change; see relay::batched_relay).
-    for workers in [1usize, 2] {
-        let concurrency = per_partner * workers;
-        progress::step(format_args!(
-            "item 6: diagnostic, {n} events through a batched relay, {concurrency} in flight"
-        ));
-        relay::enqueue(&ctx.pool, tenant, n).await?;
-        partner.reset();
-        let started = Instant::now();
-        relay::batched_relay(&ctx.server.db, tenant, &partner, n, concurrency).await?;
-        let last = partner.last_arrival().context("nothing arrived")?;
-        let batched = n as f64 / last.saturating_duration_since(started).as_secs_f64();
-        let bare = bare_rates
-            .get(&workers)
-            .copied()
-            .context("no bare rate for this concurrency")?;
-        diagnostics.push(Row {
-            item: "6·d".into(),
-            what: format!(
-                "relay's own claim + attempt code, claims of 256, one UPDATE per batch, {concurrency} in flight"
-            ),
-            holdfast: rate(batched),
-            baseline: rate(bare),
-            ratio: Some(batched / bare),
-            ..Row::default()
-        });
-    }
     let m = ctx.plan.relay_latency_events;
     let interval = Duration::from_millis(10);
     progress::step(format_args!(
@@ -138,55 +105,6 @@ pub(super) async fn run(
         ..Row::default()
     });
 
-    // Diagnostic: the relay exactly as shipped, but its own connections skip
-    // the WAL flush wait (its writes are bookkeeping a crash may lose safely:
-    // a lost fan-out is redone, a lost lease or mark means a redelivery, which
-    // at-least-once already allows).
     ctx.server.stop_relays().await?;
-    let async_db = ctx.server.async_commit_pool(8).await?;
-    progress::step(format_args!(
-        "item 6: diagnostic, {n} events, the relay on synchronous_commit=off connections"
-    ));
-    relay::enqueue(&ctx.pool, tenant, n).await?;
-    partner.reset();
-    let started = Instant::now();
-    ctx.server.start_relays_on(async_db.clone(), 1).await?;
-    partner
-        .wait_for(n, "item 6 relay deliveries", Duration::from_secs(900))
-        .await?;
-    let last = partner.last_arrival().context("nothing arrived")?;
-    ctx.server.stop_relays().await?;
-    let async_rate = n as f64 / last.saturating_duration_since(started).as_secs_f64();
-    let bare1 = bare_rates.get(&1).copied().context("no bare rate")?;
-    diagnostics.push(Row {
-        item: "6·d".into(),
-        what: format!(
-            "relay as shipped, 1 worker, its connections at synchronous_commit=off, {per_partner} in flight"
-        ),
-        holdfast: rate(async_rate),
-        baseline: rate(bare1),
-        ratio: Some(async_rate / bare1),
-        ..Row::default()
-    });
-    ctx.server.start_relays_on(async_db.clone(), 1).await?;
-    partner.reset();
-    relay::commit_to_arrival(&ctx.pool, tenant, &partner, 10, interval).await?;
-    partner.reset();
-    let async_lat = relay::commit_to_arrival(&ctx.pool, tenant, &partner, m, interval).await?;
-    ctx.server.stop_relays().await?;
-    async_db.close().await;
-    diagnostics.push(Row {
-        item: "6·d".into(),
-        what: format!(
-            "relay as shipped, its connections at synchronous_commit=off: commit → 2xx, {m} events (as shipped: {} p50)",
-            ms(lat.p50())
-        ),
-        holdfast: format!("{} p50", ms(async_lat.p50())),
-        baseline: format!("{} p50", ms(bare.p50())),
-        ratio: Some(bare.p50().as_secs_f64() / async_lat.p50().as_secs_f64().max(1e-9)),
-        holdfast_latency: latency(&async_lat),
-        baseline_latency: latency(&bare),
-        ..Row::default()
-    });
     Ok(())
 }

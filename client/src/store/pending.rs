@@ -448,7 +448,7 @@ mod tests {
         let taken: Vec<i64> = taken.iter().map(|r| r.seq).collect();
         assert_eq!(taken, vec![seqs[1]], "only the taken row is decoded");
         assert_eq!(
-            store.read(|tx| next_attempt(tx)).expect("next"),
+            store.read(next_attempt).expect("next"),
             Some(0),
             "queued rows are due at once"
         );

@@ -64,26 +64,45 @@ pub struct Claimed {
     pub event_created_at: DateTime<Utc>,
 }
 
-/// Claims up to `limit` due deliveries of enabled partners, skipping rows
-/// other relays hold and partners in `saturated` (this relay's per-partner
-/// in-flight cap, so one slow partner cannot take every slot).
+/// How much more a relay may take per partner in one claim: `per_partner`
+/// for a partner it holds nothing of, else what `partners` says (0: none).
+#[derive(Debug, Clone, Copy)]
+pub struct Room<'a> {
+    pub per_partner: i64,
+    pub partners: &'a [(Uuid, i64)],
+}
+
+/// Claims up to `limit` due deliveries of enabled partners, oldest first
+/// within each partner, skipping rows other relays hold and taking no more
+/// of a partner than `room` leaves (this relay's per-partner cap, so one
+/// slow partner cannot take every slot). Each partner's share is locked by
+/// its own range scan (`deliveries_due_by_partner`), so only rows that are
+/// leased get locked.
 pub async fn claim(
     db: &PgPool,
     lease_id: Uuid,
     lease: std::time::Duration,
     limit: i64,
-    saturated: &[Uuid],
+    room: Room<'_>,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
+    let (partners, rooms): (Vec<Uuid>, Vec<i64>) = room.partners.iter().copied().unzip();
     sqlx::query_as(
         "with due as (
-            select d.tenant_id, d.id from deliveries d
-              join partners p on p.tenant_id = d.tenant_id and p.id = d.partner_id
-             where d.state = 'pending' and d.next_attempt_at <= now()
-               and (d.lease_expires_at is null or d.lease_expires_at < now())
-               and p.enabled and d.partner_id <> all($4)
-             order by d.next_attempt_at, d.id
+            select d.tenant_id, d.id
+              from partners p
+              left join unnest($4::uuid[], $5::int8[]) as r(partner_id, room)
+                     on r.partner_id = p.id
+             cross join lateral (
+                    select d.tenant_id, d.id from deliveries d
+                     where d.tenant_id = p.tenant_id and d.partner_id = p.id
+                       and d.state = 'pending' and d.next_attempt_at <= now()
+                       and (d.lease_expires_at is null or d.lease_expires_at < now())
+                     order by d.next_attempt_at, d.id
+                     limit greatest(coalesce(r.room, $6), 0)
+                     for update skip locked
+                   ) d
+             where p.enabled and coalesce(r.room, $6) > 0
              limit $3
-             for update of d skip locked
          ), leased as (
             update deliveries d
                set lease_id = $1, lease_expires_at = now() + make_interval(secs => $2)
@@ -101,30 +120,67 @@ pub async fn claim(
     .bind(lease_id)
     .bind(lease.as_secs_f64())
     .bind(limit)
-    .bind(saturated)
+    .bind(&partners)
+    .bind(&rooms)
+    .bind(room.per_partner)
     .fetch_all(db)
     .await
 }
 
-/// 2xx: delivered. False if our lease was lost (someone else owns it now).
-pub async fn mark_delivered(
-    db: &PgPool,
-    d: &Claimed,
-    lease_id: Uuid,
-    status: u16,
-) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "update deliveries set state = 'delivered', delivered_at = now(), attempts = attempts + 1,
-                last_status = $4, last_error = null, lease_id = null, lease_expires_at = null
-          where tenant_id = $1 and id = $2 and lease_id = $3",
+/// A 2xx from the partner, to be recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered {
+    pub tenant_id: Uuid,
+    pub id: i64,
+    pub lease_id: Uuid,
+    pub status: u16,
+}
+
+/// Records a batch of 2xx answers in one statement, each row fenced by its
+/// own claim's lease. Returns the ids whose lease had passed to another
+/// relay (not marked: the newer claim's outcome stands).
+pub async fn mark_delivered(db: &PgPool, batch: &[Delivered]) -> Result<Vec<i64>, sqlx::Error> {
+    let tenants: Vec<Uuid> = batch.iter().map(|d| d.tenant_id).collect();
+    let ids: Vec<i64> = batch.iter().map(|d| d.id).collect();
+    let leases: Vec<Uuid> = batch.iter().map(|d| d.lease_id).collect();
+    let statuses: Vec<i32> = batch.iter().map(|d| i32::from(d.status)).collect();
+    let marked: Vec<i64> = sqlx::query_scalar(
+        "update deliveries d
+            set state = 'delivered', delivered_at = now(), attempts = d.attempts + 1,
+                last_status = m.status, last_error = null, lease_id = null, lease_expires_at = null
+           from unnest($1::uuid[], $2::int8[], $3::uuid[], $4::int4[])
+                as m(tenant_id, id, lease_id, status)
+          where d.tenant_id = m.tenant_id and d.id = m.id and d.lease_id = m.lease_id
+          returning d.id",
     )
-    .bind(d.tenant_id)
-    .bind(d.id)
-    .bind(lease_id)
-    .bind(status as i32)
+    .bind(&tenants)
+    .bind(&ids)
+    .bind(&leases)
+    .bind(&statuses)
+    .fetch_all(db)
+    .await?;
+    let marked: std::collections::HashSet<i64> = marked.into_iter().collect();
+    Ok(ids.into_iter().filter(|id| !marked.contains(id)).collect())
+}
+
+/// Gives claimed deliveries back unattempted (a relay stopping with some
+/// still waiting for a slot): due again at once, for any relay. Each row is
+/// `(tenant, delivery, the lease it was claimed under)`.
+pub async fn release(db: &PgPool, rows: &[(Uuid, i64, Uuid)]) -> Result<(), sqlx::Error> {
+    let tenants: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r.1).collect();
+    let leases: Vec<Uuid> = rows.iter().map(|r| r.2).collect();
+    sqlx::query(
+        "update deliveries d set lease_id = null, lease_expires_at = null
+           from unnest($1::uuid[], $2::int8[], $3::uuid[]) as r(tenant_id, id, lease_id)
+          where d.tenant_id = r.tenant_id and d.id = r.id and d.lease_id = r.lease_id",
+    )
+    .bind(&tenants)
+    .bind(&ids)
+    .bind(&leases)
     .execute(db)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(())
 }
 
 /// What a failed attempt did to the delivery.

@@ -6,19 +6,29 @@
 //! (see `claim.rs`). A relay wakes on `NOTIFY holdfast_outbox` (sent at commit
 //! by the outbox trigger) and also polls, which covers a lost listener
 //! connection and retries coming due.
+//!
+//! Throughput comes from doing the database work in bulk, never per
+//! delivery: a claim takes up to twice a partner's sending slots (the spare
+//! half waits here, under the same lease, for a slot), the next claim comes
+//! when a partner is down to half of that, and 2xx outcomes are recorded by
+//! one task, as many per UPDATE as have finished meanwhile. Every relay write
+//! commits with `synchronous_commit = off`: each is bookkeeping a crash may
+//! lose safely (a lost fan-out is redone, a lost lease or mark means a
+//! redelivery, which at-least-once delivery already allows), so none waits
+//! for a WAL flush.
 
 pub mod claim;
 pub mod deliver;
 pub mod egress;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 use uuid::Uuid;
 
 use crate::config::RelayConfig;
@@ -57,12 +67,26 @@ impl From<&RelayConfig> for Settings {
 }
 
 impl Settings {
-    /// A lease outlives the longest attempt with room to record its outcome,
-    /// so a healthy worker never loses its lease mid-call.
+    /// Deliveries of one partner a relay holds at once: its sending slots,
+    /// and `CLAIM_AHEAD - 1` times as many waiting for one, so the next
+    /// claim (made when half of that is left) runs while the waiting ones go
+    /// out.
+    fn per_partner_held(&self) -> usize {
+        self.per_partner_in_flight * CLAIM_AHEAD
+    }
+
+    /// A lease outlives a delivery's wait for a slot (at most
+    /// `CLAIM_AHEAD - 1` rounds of attempts ahead of it) and its own attempt,
+    /// with room to record the outcome, so a healthy worker never loses its
+    /// lease mid-call.
     fn lease(&self) -> Duration {
-        self.timeout * 2 + Duration::from_secs(1)
+        self.timeout * (CLAIM_AHEAD as u32 + 1) + Duration::from_secs(1)
     }
 }
+
+/// How many sending slots' worth of a partner's deliveries a relay claims
+/// ahead (see `Settings::per_partner_held`).
+const CLAIM_AHEAD: usize = 8;
 
 /// A running relay.
 pub struct RelayHandle {
@@ -94,12 +118,116 @@ pub fn spawn(db: PgPool, settings: Settings) -> anyhow::Result<RelayHandle> {
         }))
         .user_agent(concat!("holdfast-relay/", env!("CARGO_PKG_VERSION")))
         .build()?;
+    // The relay's own few connections, committing without a flush wait
+    // (see the module doc); the server's pool is left as it is.
+    let options = (*db.connect_options())
+        .clone()
+        .options([("synchronous_commit", "off")]);
+    let relay_db = crate::pool_options(4, Duration::from_secs(5)).connect_lazy_with(options);
     let (stop, stopped) = watch::channel(false);
-    let join = tokio::spawn(run(db, settings, client, stopped));
+    let join = tokio::spawn(run(relay_db, settings, client, stopped));
     Ok(RelayHandle { stop, join })
 }
 
-type InFlight = Arc<Mutex<HashMap<Uuid, usize>>>;
+/// One claimed delivery and the lease it was claimed under.
+struct Held {
+    delivery: Claimed,
+    lease_id: Uuid,
+}
+
+/// What this relay holds: claimed deliveries waiting for a sending slot,
+/// and the attempts in flight, per partner.
+#[derive(Default)]
+struct Desk {
+    waiting: HashMap<Uuid, VecDeque<Held>>,
+    sending: HashMap<Uuid, usize>,
+}
+
+impl Desk {
+    fn held(&self, partner: &Uuid) -> usize {
+        self.waiting.get(partner).map_or(0, VecDeque::len)
+            + self.sending.get(partner).copied().unwrap_or(0)
+    }
+
+    fn total(&self) -> usize {
+        self.waiting.values().map(VecDeque::len).sum::<usize>()
+            + self.sending.values().sum::<usize>()
+    }
+
+    fn sending_total(&self) -> usize {
+        self.sending.values().sum()
+    }
+
+    /// What each partner this relay holds anything of may still be given.
+    fn room(&self, per_partner: usize) -> Vec<(Uuid, i64)> {
+        let partners: std::collections::HashSet<&Uuid> =
+            self.waiting.keys().chain(self.sending.keys()).collect();
+        partners
+            .into_iter()
+            .map(|p| (*p, per_partner.saturating_sub(self.held(p)) as i64))
+            .collect()
+    }
+
+    fn finished(&mut self, partner: Uuid) {
+        if let Some(n) = self.sending.get_mut(&partner) {
+            *n -= 1;
+            if *n == 0 {
+                self.sending.remove(&partner);
+            }
+        }
+    }
+
+    /// The next deliveries to start: a partner's waiting ones while it has a
+    /// free slot, within the relay's total.
+    fn next_to_send(&mut self, settings: &Settings) -> Vec<Held> {
+        let mut out = Vec::new();
+        let mut sending = self.sending_total();
+        for (partner, queue) in &mut self.waiting {
+            let busy = self.sending.entry(*partner).or_default();
+            while *busy < settings.per_partner_in_flight && sending < settings.max_in_flight {
+                let Some(next) = queue.pop_front() else { break };
+                *busy += 1;
+                sending += 1;
+                out.push(next);
+            }
+        }
+        self.waiting.retain(|_, q| !q.is_empty());
+        self.sending.retain(|_, n| *n > 0);
+        out
+    }
+
+    /// Queues what a claim took. Returns whether more may be due than it
+    /// could take: it got all it asked, or all a partner had room for.
+    fn take(&mut self, claim: Claim, per_partner: usize) -> bool {
+        let mut got: HashMap<Uuid, usize> = HashMap::new();
+        for d in &claim.claimed {
+            *got.entry(d.partner_id).or_default() += 1;
+        }
+        let room = |partner: &Uuid| {
+            claim
+                .partners
+                .iter()
+                .find(|(p, _)| p == partner)
+                .map_or(per_partner, |(_, r)| (*r).max(0) as usize)
+        };
+        let more_due = claim.claimed.len() == claim.asked
+            || got.iter().any(|(partner, n)| *n >= room(partner));
+        for d in claim.claimed {
+            self.waiting
+                .entry(d.partner_id)
+                .or_default()
+                .push_back(Held {
+                    delivery: d,
+                    lease_id: claim.lease_id,
+                });
+        }
+        more_due
+    }
+
+    fn drain_waiting(&mut self) -> Vec<Held> {
+        self.waiting.drain().flat_map(|(_, q)| q).collect()
+    }
+}
 
 async fn run(
     db: PgPool,
@@ -108,36 +236,142 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut listener = listen(&db).await;
-    let in_flight: InFlight = Arc::default();
-    let mut tasks = JoinSet::new();
+    let (outcomes, recorded) = mpsc::unbounded_channel();
+    let recorder = tokio::spawn(record_delivered(db.clone(), recorded));
     let settings = Arc::new(settings);
+    let mut desk = Desk::default();
+    let mut tasks: JoinSet<Uuid> = JoinSet::new();
+    // Whether to claim on this turn: after a wake-up (a notification or the
+    // poll), or when a partner is down to half its share and the last claim
+    // was cut short by the caps (more was due than it could take). The claim
+    // runs beside the deliveries, never holding them up.
+    let mut may_claim = true;
+    let mut woken = true;
+    let mut cut_short = false;
+    let mut claiming: Option<JoinHandle<Result<Claim, sqlx::Error>>> = None;
     loop {
         if *stop.borrow() {
             break;
         }
-        if let Err(e) = pump(&db, &settings, &client, &in_flight, &mut tasks).await {
-            tracing::warn!(error = %e, "relay pass failed; retrying after the poll interval");
+        if may_claim && claiming.is_none() {
+            may_claim = false;
+            let room = (settings.max_in_flight * 2).saturating_sub(desk.total());
+            if room == 0 {
+                cut_short = true;
+            } else {
+                let partners = desk.room(settings.per_partner_held());
+                claiming = Some(tokio::spawn(pump(
+                    db.clone(),
+                    settings.clone(),
+                    room,
+                    partners,
+                    std::mem::take(&mut woken),
+                )));
+            }
+        }
+        for held in desk.next_to_send(&settings) {
+            let (db, settings, client, outcomes) = (
+                db.clone(),
+                settings.clone(),
+                client.clone(),
+                outcomes.clone(),
+            );
+            tasks.spawn(async move {
+                let partner = held.delivery.partner_id;
+                deliver_one(&db, &settings, &client, held, &outcomes).await;
+                partner
+            });
         }
         tokio::select! {
             _ = stop.changed() => {}
-            _ = tokio::time::sleep(settings.poll) => {}
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = tokio::time::sleep(settings.poll) => {
+                may_claim = true;
+                woken = true;
+            }
+            claimed = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
+                claiming = None;
+                cut_short = match claimed {
+                    Ok(Ok(claim)) => desk.take(claim, settings.per_partner_held()),
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "relay pass failed; retrying after the poll interval");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "relay claim task failed; retrying after the poll interval");
+                        false
+                    }
+                };
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => match done {
+                Ok(partner) => {
+                    desk.finished(partner);
+                    // Half of a partner's share left: top it up, if the last
+                    // claim suggested more is due (a wake-up says so anyway).
+                    may_claim |= cut_short && desk.held(&partner) * 2 <= settings.per_partner_held();
+                }
+                Err(e) => tracing::error!(error = %e, "a delivery task failed; its lease will expire"),
+            },
             woke = wait_notification(&mut listener) => {
                 if !woke {
                     // The listener broke; fall back to polling and reconnect later.
                     listener = None;
                 }
+                may_claim = true;
+                woken = true;
             }
         }
         if listener.is_none() && !*stop.borrow() {
             listener = listen(&db).await;
         }
     }
+    if let Some(pending) = claiming {
+        if let Ok(Ok(claim)) = pending.await {
+            desk.take(claim, settings.per_partner_held());
+        }
+    }
+    let unsent: Vec<(Uuid, i64, Uuid)> = desk
+        .drain_waiting()
+        .into_iter()
+        .map(|h| (h.delivery.tenant_id, h.delivery.id, h.lease_id))
+        .collect();
     tracing::info!(
         in_flight = tasks.len(),
-        "relay stopping; finishing deliveries in flight"
+        released = unsent.len(),
+        "relay stopping; finishing deliveries in flight, giving back the rest"
     );
+    if !unsent.is_empty() {
+        if let Err(e) = claim::release(&db, &unsent).await {
+            tracing::warn!(error = %e, "could not give back claimed deliveries; their leases will expire");
+        }
+    }
     while tasks.join_next().await.is_some() {}
+    drop(outcomes);
+    let _ = recorder.await;
+    db.close().await;
+}
+
+/// Records 2xx outcomes: whatever finished while the previous UPDATE ran
+/// goes in the next one, so a busy relay writes in batches and an idle one
+/// at once. Returns when every sender is gone and the queue is drained.
+async fn record_delivered(db: PgPool, mut outcomes: mpsc::UnboundedReceiver<claim::Delivered>) {
+    const MAX_BATCH: usize = 1000;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while outcomes.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        match claim::mark_delivered(&db, &batch).await {
+            Ok(lost) => {
+                for id in lost {
+                    tracing::warn!(
+                        delivery = id,
+                        "delivered, but the lease had passed to another relay"
+                    );
+                }
+            }
+            // The leases will expire and the deliveries be sent again.
+            Err(e) => tracing::error!(error = %e, deliveries = batch.len(),
+                "could not record delivered attempts; they will be redelivered"),
+        }
+        batch.clear();
+    }
 }
 
 async fn listen(db: &PgPool) -> Option<PgListener> {
@@ -164,74 +398,60 @@ async fn wait_notification(listener: &mut Option<PgListener>) -> bool {
     }
 }
 
-/// One pass: fan out everything new, then claim as much as there is room for.
+/// What one claim took, and what it asked for.
+struct Claim {
+    lease_id: Uuid,
+    asked: usize,
+    /// The room each partner had (absent: a whole share).
+    partners: Vec<(Uuid, i64)>,
+    claimed: Vec<Claimed>,
+}
+
+/// One pass: fan out everything new (when `woken`: a notification or the
+/// poll, the only times there can be anything new), then claim up to
+/// `room` deliveries, no more of a partner than `partners` (or the
+/// per-partner share) allows.
 async fn pump(
-    db: &PgPool,
-    settings: &Arc<Settings>,
-    client: &reqwest::Client,
-    in_flight: &InFlight,
-    tasks: &mut JoinSet<()>,
-) -> Result<(), sqlx::Error> {
-    while claim::fan_out(db).await? > 0 {}
-    loop {
-        let (room, saturated) = {
-            let map = in_flight.lock().unwrap_or_else(|e| e.into_inner());
-            let total: usize = map.values().sum();
-            let saturated: Vec<Uuid> = map
-                .iter()
-                .filter(|(_, n)| **n >= settings.per_partner_in_flight)
-                .map(|(id, _)| *id)
-                .collect();
-            (settings.max_in_flight.saturating_sub(total), saturated)
-        };
-        if room == 0 {
-            return Ok(());
-        }
-        // Claim a partner's share at most, so the cap holds within a batch too.
-        let limit = room.min(settings.per_partner_in_flight) as i64;
-        let lease_id = Uuid::new_v4();
-        let claimed = claim::claim(db, lease_id, settings.lease(), limit, &saturated).await?;
-        if claimed.is_empty() {
-            return Ok(());
-        }
-        let full = claimed.len() as i64 == limit;
-        for d in claimed {
-            *in_flight
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(d.partner_id)
-                .or_default() += 1;
-            let (db, settings, client, in_flight) = (
-                db.clone(),
-                settings.clone(),
-                client.clone(),
-                in_flight.clone(),
-            );
-            tasks.spawn(async move {
-                let partner = d.partner_id;
-                deliver_one(&db, &settings, &client, d, lease_id).await;
-                let mut map = in_flight.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(n) = map.get_mut(&partner) {
-                    *n -= 1;
-                    if *n == 0 {
-                        map.remove(&partner);
-                    }
-                }
-            });
-        }
-        if !full {
-            return Ok(());
-        }
+    db: PgPool,
+    settings: Arc<Settings>,
+    room: usize,
+    partners: Vec<(Uuid, i64)>,
+    woken: bool,
+) -> Result<Claim, sqlx::Error> {
+    if woken {
+        while claim::fan_out(&db).await? > 0 {}
     }
+    let lease_id = Uuid::new_v4();
+    let claimed = claim::claim(
+        &db,
+        lease_id,
+        settings.lease(),
+        room as i64,
+        claim::Room {
+            per_partner: settings.per_partner_held() as i64,
+            partners: &partners,
+        },
+    )
+    .await?;
+    Ok(Claim {
+        lease_id,
+        asked: room,
+        partners,
+        claimed,
+    })
 }
 
 async fn deliver_one(
     db: &PgPool,
     settings: &Settings,
     client: &reqwest::Client,
-    d: Claimed,
-    lease_id: Uuid,
+    held: Held,
+    outcomes: &mpsc::UnboundedSender<claim::Delivered>,
 ) {
+    let Held {
+        delivery: d,
+        lease_id,
+    } = held;
     let sent_at = chrono::Utc::now();
     let outcome = deliver::attempt(client, &d, settings.allow_private_targets).await;
     let recorded = match outcome {
@@ -242,16 +462,15 @@ async fn deliver_one(
                 .to_std()
                 .unwrap_or_default();
             metrics::histogram!("holdfast_delivery_latency_seconds").record(latency.as_secs_f64());
-            claim::mark_delivered(db, &d, lease_id, status)
-                .await
-                .map(|kept| {
-                    if !kept {
-                        tracing::warn!(
-                            delivery = d.id,
-                            "delivered, but the lease had passed to another relay"
-                        );
-                    }
-                })
+            // Recorded in a batch by `record_delivered`; if the relay dies
+            // first, the lease expires and the event is sent again.
+            let _ = outcomes.send(claim::Delivered {
+                tenant_id: d.tenant_id,
+                id: d.id,
+                lease_id,
+                status,
+            });
+            Ok(())
         }
         Attempt::Gone => {
             metrics::counter!("holdfast_delivery_attempts_total", "outcome" => "gone").increment(1);
@@ -287,5 +506,102 @@ async fn deliver_one(
     if let Err(e) = recorded {
         // The lease will expire and the delivery will be tried again.
         tracing::error!(delivery = d.id, error = %e, "could not record a delivery attempt");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            max_attempts: 3,
+            backoff_base_ms: 1,
+            backoff_cap_ms: 1,
+            timeout: Duration::from_secs(1),
+            allow_private_targets: true,
+            max_in_flight: 6,
+            per_partner_in_flight: 2,
+            poll: Duration::from_secs(1),
+        }
+    }
+
+    fn delivery(partner: Uuid, id: i64) -> Claimed {
+        Claimed {
+            tenant_id: Uuid::nil(),
+            id,
+            outbox_id: id,
+            partner_id: partner,
+            attempts: 0,
+            url: "http://127.0.0.1/hook".into(),
+            secret: String::new(),
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            payload: "{}".into(),
+            event_created_at: chrono::Utc::now(),
+        }
+    }
+
+    fn claim(partners: Vec<(Uuid, i64)>, asked: usize, claimed: Vec<Claimed>) -> Claim {
+        Claim {
+            lease_id: Uuid::new_v4(),
+            asked,
+            partners,
+            claimed,
+        }
+    }
+
+    #[test]
+    fn a_partner_sends_within_its_slots_and_the_rest_waits_in_order() {
+        let s = settings();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut desk = Desk::default();
+        let got = (1..=5).map(|i| delivery(a, i)).chain([delivery(b, 6)]);
+        // a got 5 of its share of 16: nothing more was due for it.
+        assert!(!desk.take(claim(vec![], 12, got.collect()), s.per_partner_held()));
+        let first: Vec<i64> = desk
+            .next_to_send(&s)
+            .iter()
+            .map(|h| h.delivery.id)
+            .collect();
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            vec![1, 2, 6],
+            "two of a's (oldest first) and b's one"
+        );
+        assert!(desk.next_to_send(&s).is_empty(), "a's slots are full");
+        assert_eq!((desk.held(&a), desk.held(&b), desk.total()), (5, 1, 6));
+        desk.finished(a);
+        let next: Vec<i64> = desk
+            .next_to_send(&s)
+            .iter()
+            .map(|h| h.delivery.id)
+            .collect();
+        assert_eq!(next, vec![3], "a freed slot takes a's next in line");
+        let room = desk.room(s.per_partner_held());
+        assert!(
+            room.contains(&(a, 12)) && room.contains(&(b, 15)),
+            "{room:?}"
+        );
+    }
+
+    #[test]
+    fn a_claim_that_fills_a_share_or_its_ask_says_more_may_be_due() {
+        let s = settings();
+        let a = Uuid::from_u128(1);
+        let mut desk = Desk::default();
+        // a had room for 3 and got 3: its backlog may go on.
+        let full_share = claim(vec![(a, 3)], 10, (1..=3).map(|i| delivery(a, i)).collect());
+        assert!(desk.take(full_share, s.per_partner_held()));
+        // Everything asked for came back: there may be more.
+        let full_ask = claim(vec![(a, 13)], 2, (4..=5).map(|i| delivery(a, i)).collect());
+        assert!(desk.take(full_ask, s.per_partner_held()));
+        // Less than both: drained, until the next wake-up.
+        let short = claim(vec![(a, 11)], 10, vec![delivery(a, 6)]);
+        assert!(!desk.take(short, s.per_partner_held()));
+        let unsent: Vec<i64> = desk.drain_waiting().iter().map(|h| h.delivery.id).collect();
+        assert_eq!(unsent, vec![1, 2, 3, 4, 5, 6]);
     }
 }
