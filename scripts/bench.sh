@@ -9,6 +9,13 @@ cd "$(dirname "$0")/.."
 
 echo "== release build (holdfast-bench, holdfast-server, the holdfast CLI)"
 cargo build --release --locked -p holdfast-bench -p holdfast-server -p holdfast-client --bins
+if [ -z "${QUICK:-}" ]; then
+    # Items 9f–9h launch the desktop app; the quick run uses it only if an
+    # earlier build left it in target/release.
+    echo "== the UI and the desktop app (release)"
+    (cd ui && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run build)
+    cargo build --release --locked -p holdfast-desktop
+fi
 
 target="${CARGO_TARGET_DIR:-target}"
 server="$target/release/holdfast-server"

@@ -38,5 +38,6 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "list_rejections",
         "resolve_rejection",
         "list_pending",
+        "mark_startup",
     ]
 }

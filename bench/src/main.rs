@@ -6,6 +6,7 @@
 
 mod alloc;
 mod desk;
+mod desktop;
 mod items;
 mod load;
 mod progress;

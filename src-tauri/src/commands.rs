@@ -249,6 +249,17 @@ pub async fn list_pending(engine: State<'_, Engine>) -> CmdResult<Vec<(Uuid, Pen
     Ok(engine.pending()?)
 }
 
+/// Startup marks from the UI: `page` when the page's first script runs,
+/// `ready` when the first interactive screen is on show. Each is logged once
+/// with the time since launch; with `HOLDFAST_DESKTOP_STARTUP_MARKS` set it
+/// is also printed to stdout as `holdfast-desktop: startup <stage> <ms> ms`
+/// (the benchmark reads that line).
+#[tauri::command]
+pub async fn mark_startup(stage: String) -> CmdResult<()> {
+    crate::startup::mark(&stage);
+    Ok(())
+}
+
 /// Every command above; keep in step with build.rs and the capability.
 pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + Sync + 'static
 {
@@ -278,5 +289,6 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         list_rejections,
         resolve_rejection,
         list_pending,
+        mark_startup,
     ]
 }

@@ -8,6 +8,7 @@
 pub mod commands;
 pub mod error;
 pub mod events;
+pub mod startup;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,6 +84,7 @@ pub fn setup<R: Runtime>(app: &tauri::App<R>, engine: Engine) {
 
 /// Starts the desktop app.
 pub fn run() {
+    startup::launched();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -11,6 +11,7 @@ async function boot() {
   let backend: Backend;
   if (isTauri()) {
     backend = createTauriBackend();
+    void backend.markStartup('page').catch(() => {});
   } else {
     const { MockBackend } = await import('./lib/mock');
     const mock = new MockBackend({ autoSyncMs: 400 });

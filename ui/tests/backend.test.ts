@@ -49,6 +49,7 @@ describe('Tauri backend contract', () => {
     await b.listRejections();
     await b.resolveRejection(7, { choice: 'reduce_to_ats', qty: 6 });
     await b.listPending();
+    await b.markStartup('ready');
     expect(calls).toEqual([
       ['sign_in', { serverUrl: 'http://h', tenant: 'acme', email: 'e', password: 'p', deviceName: null, discardPending: false }],
       ['sign_out', undefined],
@@ -75,6 +76,7 @@ describe('Tauri backend contract', () => {
       ['list_rejections', undefined],
       ['resolve_rejection', { id: 7, choice: { choice: 'reduce_to_ats', qty: 6 } }],
       ['list_pending', undefined],
+      ['mark_startup', { stage: 'ready' }],
     ]);
     // Every method of the interface is a command, and every command was called above.
     expect(new Set(calls.map(([c]) => c))).toEqual(new Set(Object.values(COMMANDS)));

@@ -57,6 +57,23 @@ describe('order desk', () => {
     expect(selected()).toBe(rows()[3]);
   });
 
+  test('a long desk renders a page of rows and grows as the selection moves past it', async () => {
+    const m = new MockBackend({ seed: 'demo' });
+    const [c] = await m.listCustomers();
+    for (let i = 0; i < 246; i++) {
+      await m.createOrder({ customer_id: c.id, customer_po: `PO-${i}`, ship_window_start: null, ship_window_end: null, notes: null });
+    }
+    const { user } = renderApp(m);
+    const list = await screen.findByRole('listbox', { name: /Orders \(250\)/ });
+    await waitFor(() => expect(rows()).toHaveLength(200));
+    expect(screen.getByText(/Showing 200 of 250 orders/)).toBeTruthy();
+    await waitFocus(list);
+    await user.keyboard('{End}');
+    await waitFor(() => expect(rows()).toHaveLength(250));
+    expect(selected()).toBe(rows()[249]);
+    expect(screen.queryByText(/Showing \d+ of/)).toBeNull();
+  });
+
   test('1–4 filter by badge; / searches; Escape clears the search', async () => {
     const { user, list } = await demoDesk();
     await user.keyboard('3');

@@ -45,6 +45,7 @@
  * | `list_rejections`   | —                                                                  | `RejectionView[]`            | `rejections` |
  * | `resolve_rejection` | `id, choice: RejectionChoice`                                      | `null`                       | `resolve_rejection` |
  * | `list_pending`      | —                                                                  | `[orderId, PendingMark][]`   | `pending` |
+ * | `mark_startup`      | `stage: 'page' \| 'ready'`                                         | `null`                       | — (logs the time since launch; see src-tauri `commands::mark_startup`) |
  *
  * A failing command rejects with a {@link BackendError}
  * `{"kind", "message", "code"?}` (see there for the mapping from
@@ -375,6 +376,12 @@ export interface Backend {
   listRejections(): Promise<RejectionView[]>;
   resolveRejection(id: number, choice: RejectionChoice): Promise<void>;
   listPending(): Promise<PendingEntry[]>;
+  /**
+   * Startup marks: `page` when the page's first script runs (the webview is
+   * up), `ready` when the first interactive screen is on show. The shell
+   * logs the time since launch (benchmarks read it).
+   */
+  markStartup(stage: 'page' | 'ready'): Promise<void>;
 
   /** Subscribes to an engine event; resolves to its unsubscribe function. */
   on<E extends EventName>(event: E, handler: (payload: EventPayloads[E]) => void): Promise<Unsubscribe>;
@@ -409,6 +416,7 @@ export const COMMANDS = {
   listRejections: 'list_rejections',
   resolveRejection: 'resolve_rejection',
   listPending: 'list_pending',
+  markStartup: 'mark_startup',
 } as const satisfies Record<Exclude<keyof Backend, 'kind' | 'on'>, string>;
 
 type Invoke = <T>(cmd: string, args?: Record<string, unknown>) => Promise<T>;
@@ -457,6 +465,7 @@ export function createTauriBackend(
     listRejections: () => call(C.listRejections),
     resolveRejection: (id, choice) => call(C.resolveRejection, { id, choice }),
     listPending: () => call(C.listPending),
+    markStartup: (stage) => call(C.markStartup, { stage }),
     on: async (event, handler) => {
       const unlisten = await listenFn<never>(EVENTS[event], (e) => handler(e.payload));
       return unlisten;

@@ -6,6 +6,8 @@ import type { Live } from './live.svelte';
 export interface AppContext {
   backend: Backend;
   live: Live;
+  /** The first screen is interactive (called by the sign-in form and the desk; only the first call counts). */
+  ready?: () => void;
 }
 
 const KEY = Symbol('holdfast');

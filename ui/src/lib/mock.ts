@@ -742,6 +742,8 @@ export class MockBackend implements Backend {
     return clone([...this.server.customers].sort((a, b) => a.name.localeCompare(b.name)));
   }
 
+  async markStartup(): Promise<void> {}
+
   async listPending(): Promise<PendingEntry[]> {
     return this.rows.map((r) => [r.order_id, this.mark(r)] as PendingEntry);
   }

@@ -1,0 +1,40 @@
+//! How long the app takes to come up: the launch instant, and the marks the
+//! UI sends (`page`: the webview runs the page's first script; `ready`: the
+//! first interactive screen is painted). Each stage is reported once.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+/// Set: each mark is also printed to stdout for a harness to read.
+pub const MARKS_ENV: &str = "HOLDFAST_DESKTOP_STARTUP_MARKS";
+
+static LAUNCHED: OnceLock<Instant> = OnceLock::new();
+static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Called first thing in `run`.
+pub fn launched() {
+    LAUNCHED.get_or_init(Instant::now);
+}
+
+/// Records `stage` (once; the UI names only `page` and `ready`, anything
+/// else is ignored).
+pub fn mark(stage: &str) {
+    if !matches!(stage, "page" | "ready") {
+        return;
+    }
+    {
+        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        if !seen.get_or_insert_with(HashSet::new).insert(stage.to_owned()) {
+            return;
+        }
+    }
+    let ms = LAUNCHED.get().map_or(0, |t| t.elapsed().as_millis());
+    tracing::info!(stage, ms, "startup");
+    if std::env::var_os(MARKS_ENV).is_some() {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "holdfast-desktop: startup {stage} {ms} ms");
+        let _ = out.flush();
+    }
+}
