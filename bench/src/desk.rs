@@ -55,9 +55,9 @@ use uuid::Uuid;
 use crate::alloc::HttpAllocate;
 use crate::items::Ctx;
 use crate::load::Latencies;
-use crate::{desktop, progress};
 use crate::report::{latency, ms, Goal, Row};
 use crate::setup::{self, LINES_PER_ORDER};
+use crate::{desktop, progress};
 
 /// The numbers `--only` knows these by.
 pub const PULL_ITEM: u8 = 8;
@@ -729,8 +729,7 @@ async fn desktop_items(
         )
         .await?;
     let dir = dir.to_owned();
-    let m = tokio::task::spawn_blocking(move || desktop_measure(&app, &dir, &desk_dir))
-        .await??;
+    let m = tokio::task::spawn_blocking(move || desktop_measure(&app, &dir, &desk_dir)).await??;
     let mib = |kib: u64| format!("{:.1} MiB", kib as f64 / 1024.0);
     let ready = median_duration(&m.ready);
     let page = median_duration(&m.page);

@@ -26,7 +26,10 @@ pub fn mark(stage: &str) {
     }
     {
         let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-        if !seen.get_or_insert_with(HashSet::new).insert(stage.to_owned()) {
+        if !seen
+            .get_or_insert_with(HashSet::new)
+            .insert(stage.to_owned())
+        {
             return;
         }
     }
