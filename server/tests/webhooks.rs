@@ -709,6 +709,71 @@ async fn a_killed_relay_loses_nothing(db: PgPool) {
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_stopping_relay_gives_back_what_it_has_not_sent(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let partner = Partner::start(Behaviour::Slow(Duration::from_millis(500))).await;
+    register(&s, &ops, &partner, json!(["*"])).await;
+    make_activity(&s, &dana, 3).await;
+    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
+        .fetch_one(&db)
+        .await
+        .expect("n");
+    // One slot for the partner, so most of what the relay claims ahead
+    // waits; a lease of 9 × 3 s + 1 s, far longer than the test allows.
+    let one_at_a_time = Settings {
+        timeout: Duration::from_secs(3),
+        per_partner_in_flight: 1,
+        ..fast_relay()
+    };
+    let relay = relay::spawn(db.clone(), one_at_a_time.clone()).expect("relay");
+    eventually("a call in flight", Duration::from_secs(10), || {
+        !partner.attempts().is_empty()
+    })
+    .await;
+    relay.shutdown().await;
+
+    let count = |sql: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .expect("count")
+        }
+    };
+    assert_eq!(
+        count("select count(*) from deliveries where lease_id is not null").await,
+        0,
+        "nothing is left leased by a relay that stopped"
+    );
+    assert!(
+        count("select count(*) from deliveries where state = 'delivered'").await >= 1,
+        "the call in flight finished and was recorded"
+    );
+    assert!(
+        count("select count(*) from deliveries where state = 'pending' and attempts = 0").await
+            >= 1,
+        "claimed-ahead deliveries went back unattempted"
+    );
+
+    // Another relay sends them at once, not after the lease would have run out.
+    partner.behave(Behaviour::Healthy);
+    let started = Instant::now();
+    let next = relay::spawn(db.clone(), one_at_a_time).expect("relay");
+    while count("select count(*) from deliveries where state = 'delivered'").await < all {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "given-back deliveries wait for no lease"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    next.shutdown().await;
+    assert_eq!(partner.accepted().len() as i64, all);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
 async fn partner_admin_refuses_internal_urls_pauses_on_410_and_rotates(db: PgPool) {
     // Default policy: loopback and private targets refused at registration.
     let strict = TestServer::start(db.clone()).await;
