@@ -211,6 +211,7 @@ impl Engine {
                 })
                 .collect();
             report.pushes += 1;
+            let started = std::time::Instant::now();
             let resp = match api.push(items).await {
                 Ok(resp) => resp,
                 Err(e) => {
@@ -239,8 +240,15 @@ impl Engine {
                 )
                 .into());
             }
+            let pushed = started.elapsed();
             let settled = self.record_results(&batch, &resp, report)?;
-            tracing::info!(items = batch.len(), settled, "pushed a batch");
+            tracing::info!(
+                items = batch.len(),
+                settled,
+                push_ms = pushed.as_secs_f64() * 1e3,
+                record_ms = (started.elapsed() - pushed).as_secs_f64() * 1e3,
+                "pushed a batch"
+            );
             if settled == 0 {
                 // Nothing moved (every item must wait): don't spin.
                 return Ok(());
@@ -297,9 +305,11 @@ impl Engine {
     async fn pull_locked(&self, api: &Api, report: &mut SyncReport) -> Result<()> {
         loop {
             let cursor = self.inner.store.read(sync_state::get)?.cursor;
+            let started = std::time::Instant::now();
             let page: PullPage = api
                 .pull(cursor.as_deref(), self.config().pull_limit)
                 .await?;
+            let fetched = started.elapsed();
             let now = now_ms();
             self.inner.store.write(|tx| {
                 for change in &page.changes {
@@ -308,7 +318,12 @@ impl Engine {
                 sync_state::set_cursor(tx, &page.cursor, now)
             })?;
             report.pulled += page.changes.len();
-            tracing::info!(changes = page.changes.len(), "pulled a page");
+            tracing::info!(
+                changes = page.changes.len(),
+                fetch_ms = fetched.as_secs_f64() * 1e3,
+                store_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3,
+                "pulled a page"
+            );
             if !page.has_more {
                 return Ok(());
             }
