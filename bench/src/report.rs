@@ -242,9 +242,10 @@ impl Report {
         if !self.diagnostics.is_empty() {
             out.push_str(
                 "\nDiagnostics (not Holdfast as shipped; they locate the gaps above): the \
-                 engine's SQL without HTTP, as it is and with the hot-row writes folded into one \
-                 statement, against the raw one-commit baseline; the relay's own claim and \
-                 attempt code with batched claims and marks, against the bare HTTP loop.\n\n",
+                 allocation's SQL replayed over sqlx without HTTP, as the engine ran it before it \
+                 was folded (20 statements) and with its hot-row writes folded into one \
+                 statement, against the raw one-commit baseline; and variants of the \
+                 row-level-security binding (RLS-d).\n\n",
             );
             out.push_str(&table(&self.diagnostics));
         }
