@@ -19,6 +19,7 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "get_status",
         "sync_now",
         "list_orders",
+        "list_order_summaries",
         "get_order",
         "create_order",
         "edit_order",

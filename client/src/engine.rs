@@ -56,7 +56,7 @@ use crate::store::{
     StoreError,
 };
 use crate::token::{TokenError, TokenStore};
-use crate::view::{self, Me, OrderView, PendingMark, SkuView};
+use crate::view::{self, Me, OrderSummary, OrderView, PendingMark, SkuView};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -658,6 +658,11 @@ impl Engine {
             }
             Ok(out)
         })?)
+    }
+
+    /// [`Engine::orders`] as desk rows: headers, badges and counts only.
+    pub fn order_summaries(&self) -> Result<Vec<OrderSummary>> {
+        Ok(self.orders()?.into_iter().map(OrderSummary::of).collect())
     }
 
     pub fn order(&self, order_id: Uuid) -> Result<Option<OrderView>> {

@@ -6,7 +6,7 @@
 //! (every success adds exactly 1 to the version). An act that cannot apply
 //! locally (its line is gone) changes nothing here; the server will say why.
 
-use chrono::Utc;
+use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Line, Order, OrderStatus, Sku};
 use serde::Serialize;
 use uuid::Uuid;
@@ -183,6 +183,65 @@ pub struct OrderView {
     pub pending_fields: Vec<String>,
 }
 
+/// One row of the order desk: an order as the user sees it, without its
+/// lines and pending acts. A desk lists every order, and tens of thousands
+/// of whole documents are too much to hand the UI at once (bench item 9h).
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderSummary {
+    pub order: OrderHead,
+    pub badge: Badge,
+    /// Acts not yet on the server.
+    pub pending_count: usize,
+    pub line_count: usize,
+    /// Units ordered over all lines.
+    pub units: i64,
+}
+
+/// An order's header: its document without the lines.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrderHead {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub customer_po: Option<String>,
+    pub ship_window_start: Option<NaiveDate>,
+    pub ship_window_end: Option<NaiveDate>,
+    pub notes: Option<String>,
+    pub status: OrderStatus,
+    pub version: i64,
+    pub invoice_id: Option<Uuid>,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: Uuid,
+    pub updated_by_name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl OrderSummary {
+    pub fn of(view: OrderView) -> Self {
+        let o = view.order;
+        OrderSummary {
+            badge: view.badge,
+            pending_count: view.pending.len(),
+            line_count: o.lines.len(),
+            units: o.lines.iter().map(|l| l.qty_ordered).sum(),
+            order: OrderHead {
+                id: o.id,
+                customer_id: o.customer_id,
+                customer_po: o.customer_po,
+                ship_window_start: o.ship_window_start,
+                ship_window_end: o.ship_window_end,
+                notes: o.notes,
+                status: o.status,
+                version: o.version,
+                invoice_id: o.invoice_id,
+                updated_at: o.updated_at,
+                updated_by: o.updated_by,
+                updated_by_name: o.updated_by_name,
+                created_at: o.created_at,
+            },
+        }
+    }
+}
+
 /// The view of one order from its mirror and its pending rows (in order).
 pub fn order_view(mirror: Option<Order>, rows: &[Row], me: &Me) -> Option<OrderView> {
     let server_version = mirror.as_ref().map(|o| o.version);
@@ -301,5 +360,62 @@ mod tests {
         assert_eq!(doc.notes.as_deref(), Some("rush"));
         assert_eq!(doc.status, OrderStatus::Cancelled);
         assert_eq!(doc.lines[0].qty_allocated, 0);
+    }
+
+    #[test]
+    fn a_summary_keeps_the_header_and_counts_the_rest() {
+        let me = me();
+        let o = Uuid::now_v7();
+        let mut doc = apply(
+            None,
+            &Act::CreateOrder {
+                order_id: o,
+                customer_id: Uuid::now_v7(),
+                customer_po: Some("PO-7".into()),
+                ship_window_start: None,
+                ship_window_end: None,
+                notes: Some("fax".into()),
+            },
+            &me,
+        );
+        for (qty, base) in [(5, 1), (7, 2)] {
+            let add = Act::AddLine {
+                order_id: o,
+                line_id: Uuid::now_v7(),
+                sku_id: Uuid::now_v7(),
+                qty_ordered: qty,
+                base_version: base,
+            };
+            doc = apply(doc, &add, &me);
+        }
+        let order = doc.expect("doc");
+        let mark = PendingMark {
+            seq: 1,
+            idempotency_key: "k".into(),
+            kind: "add_line",
+            description: "add a line".into(),
+            status: Status::Queued,
+            attempts: 0,
+            last_error: None,
+            created_at: 0,
+        };
+        let summary = OrderSummary::of(OrderView {
+            order: order.clone(),
+            server_version: None,
+            badge: Badge::Pending,
+            pending: vec![mark.clone(), mark],
+            pending_fields: vec![],
+        });
+        assert_eq!(
+            (summary.line_count, summary.units, summary.pending_count),
+            (2, 12, 2)
+        );
+        assert_eq!(summary.badge, Badge::Pending);
+        assert_eq!(summary.order.id, o);
+        assert_eq!(summary.order.customer_po.as_deref(), Some("PO-7"));
+        assert_eq!(summary.order.notes.as_deref(), Some("fax"));
+        assert_eq!(summary.order.version, order.version);
+        let json = serde_json::to_value(&summary).expect("json");
+        assert!(json["order"].get("lines").is_none(), "no lines on the wire");
     }
 }

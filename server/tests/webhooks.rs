@@ -650,18 +650,25 @@ async fn a_dead_partner_is_dead_lettered_without_delaying_a_healthy_one(db: PgPo
     );
 }
 
-#[sqlx::test(migrator = "MIGRATIONS")]
-async fn a_killed_relay_loses_nothing(db: PgPool) {
+/// A server, a partner answering after `delay` subscribed to everything,
+/// and a few orders' worth of events for it: how many.
+async fn slow_partner_with_events(db: &PgPool, delay: Duration) -> (TestServer, Partner, i64) {
     let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
     let ops = s.login("acme", "ops@acme.test").await;
     let dana = s.login("acme", "dana@acme.test").await;
-    let partner = Partner::start(Behaviour::Slow(Duration::from_millis(300))).await;
+    let partner = Partner::start(Behaviour::Slow(delay)).await;
     register(&s, &ops, &partner, json!(["*"])).await;
     make_activity(&s, &dana, 3).await;
     let all: i64 = sqlx::query_scalar("select count(*) from outbox")
-        .fetch_one(&db)
+        .fetch_one(db)
         .await
         .expect("n");
+    (s, partner, all)
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_killed_relay_loses_nothing(db: PgPool) {
+    let (_s, partner, all) = slow_partner_with_events(&db, Duration::from_millis(300)).await;
 
     // Kill it while calls are in flight.
     let first = relay::spawn(db.clone(), fast_relay()).expect("relay");
@@ -710,16 +717,7 @@ async fn a_killed_relay_loses_nothing(db: PgPool) {
 
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn a_stopping_relay_gives_back_what_it_has_not_sent(db: PgPool) {
-    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
-    let ops = s.login("acme", "ops@acme.test").await;
-    let dana = s.login("acme", "dana@acme.test").await;
-    let partner = Partner::start(Behaviour::Slow(Duration::from_millis(500))).await;
-    register(&s, &ops, &partner, json!(["*"])).await;
-    make_activity(&s, &dana, 3).await;
-    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
-        .fetch_one(&db)
-        .await
-        .expect("n");
+    let (_s, partner, all) = slow_partner_with_events(&db, Duration::from_millis(500)).await;
     // One slot for the partner, so most of what the relay claims ahead
     // waits; a lease of 9 × 3 s + 1 s, far longer than the test allows.
     let one_at_a_time = Settings {

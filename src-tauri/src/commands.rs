@@ -8,7 +8,7 @@ use chrono::NaiveDate;
 use holdfast_client::conflict::ConflictView;
 use holdfast_client::engine::{RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
-use holdfast_client::view::{OrderView, PendingMark, SkuView};
+use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Resolution};
 use holdfast_protocol::model::{Customer, OrderHeaderSet};
 use serde::Deserialize;
@@ -96,6 +96,12 @@ pub async fn sync_now(engine: State<'_, Engine>) -> CmdResult<()> {
 #[tauri::command]
 pub async fn list_orders(engine: State<'_, Engine>) -> CmdResult<Vec<OrderView>> {
     Ok(engine.orders()?)
+}
+
+/// The desk's rows: headers and counts, not whole documents.
+#[tauri::command]
+pub async fn list_order_summaries(engine: State<'_, Engine>) -> CmdResult<Vec<OrderSummary>> {
+    Ok(engine.order_summaries()?)
 }
 
 #[tauri::command]
@@ -270,6 +276,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         get_status,
         sync_now,
         list_orders,
+        list_order_summaries,
         get_order,
         create_order,
         edit_order,

@@ -30,6 +30,7 @@ describe('Tauri backend contract', () => {
     await b.getStatus();
     await b.syncNow();
     await b.listOrders();
+    await b.listOrderSummaries();
     await b.getOrder(o);
     await b.createOrder({ customer_id: 'c', customer_po: null, ship_window_start: null, ship_window_end: null, notes: null });
     await b.editOrder(o, { notes: null });
@@ -57,6 +58,7 @@ describe('Tauri backend contract', () => {
       ['get_status', undefined],
       ['sync_now', undefined],
       ['list_orders', undefined],
+      ['list_order_summaries', undefined],
       ['get_order', { orderId: o }],
       ['create_order', { header: { customer_id: 'c', customer_po: null, ship_window_start: null, ship_window_end: null, notes: null } }],
       ['edit_order', { orderId: o, set: { notes: null } }],

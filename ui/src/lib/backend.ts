@@ -26,6 +26,7 @@
  * | `get_status`        | —                                                                  | `SyncStatus`                 | `status` |
  * | `sync_now`          | —                                                                  | `null`                       | `connectivity_returned` (forgets the backoff, wakes the loop) |
  * | `list_orders`       | —                                                                  | `OrderView[]`                | `orders` |
+ * | `list_order_summaries` | —                                                               | `OrderSummary[]`             | `order_summaries` |
  * | `get_order`         | `orderId`                                                          | `OrderView \| null`          | `order` |
  * | `create_order`      | `header: NewOrder`                                                 | `string` (the new order id)  | `create_order` |
  * | `edit_order`        | `orderId, set: OrderHeaderSet`                                     | `string` (idempotency key)   | `edit_order` |
@@ -159,6 +160,20 @@ export interface OrderView {
   pending: PendingMark[];
   /** Fields the pending acts touch: `notes`, `status`, `line:<id>`, … */
   pending_fields: string[];
+}
+
+/**
+ * `view::OrderSummary`: one desk row — the order's header (no lines), its
+ * badge and counts. A desk lists every order; whole documents for tens of
+ * thousands of them would be too much to hand over at once.
+ */
+export interface OrderSummary {
+  order: Omit<Order, 'lines'>;
+  badge: Badge;
+  pending_count: number;
+  line_count: number;
+  /** Units ordered over all lines. */
+  units: number;
 }
 
 /** `store::sync_state::Profile`. */
@@ -355,6 +370,8 @@ export interface Backend {
   syncNow(): Promise<void>;
 
   listOrders(): Promise<OrderView[]>;
+  /** The desk's rows (see {@link OrderSummary}). */
+  listOrderSummaries(): Promise<OrderSummary[]>;
   getOrder(orderId: Uuid): Promise<OrderView | null>;
   createOrder(header: NewOrder): Promise<Uuid>;
   editOrder(orderId: Uuid, set: OrderHeaderSet): Promise<string>;
@@ -397,6 +414,7 @@ export const COMMANDS = {
   getStatus: 'get_status',
   syncNow: 'sync_now',
   listOrders: 'list_orders',
+  listOrderSummaries: 'list_order_summaries',
   getOrder: 'get_order',
   createOrder: 'create_order',
   editOrder: 'edit_order',
@@ -446,6 +464,7 @@ export function createTauriBackend(
     getStatus: () => call(C.getStatus),
     syncNow: () => call(C.syncNow),
     listOrders: () => call(C.listOrders),
+    listOrderSummaries: () => call(C.listOrderSummaries),
     getOrder: (orderId) => call(C.getOrder, { orderId }),
     createOrder: (header) => call(C.createOrder, { header }),
     editOrder: (orderId, set) => call(C.editOrder, { orderId, set }),

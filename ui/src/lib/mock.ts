@@ -24,6 +24,7 @@ import type {
   NewOrder,
   Order,
   OrderHeaderSet,
+  OrderSummary,
   OrderView,
   PendingEntry,
   PendingMark,
@@ -694,6 +695,16 @@ export class MockBackend implements Backend {
     const ids = [...this.mirror.orders.keys()];
     for (const r of this.rows) if (!ids.includes(r.order_id)) ids.push(r.order_id);
     return ids.map((id) => this.orderView(id)).filter((v): v is OrderView => v !== null);
+  }
+
+  async listOrderSummaries(): Promise<OrderSummary[]> {
+    return (await this.listOrders()).map(({ order: { lines, ...order }, badge, pending }) => ({
+      order,
+      badge,
+      pending_count: pending.length,
+      line_count: lines.length,
+      units: lines.reduce((n, l) => n + l.qty_ordered, 0),
+    }));
   }
 
   async getOrder(orderId: Uuid): Promise<OrderView | null> {
