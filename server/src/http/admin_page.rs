@@ -22,7 +22,7 @@ use std::fmt::{self, Display, Write};
 use axum::extract::rejection::{FormRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, REFERRER_POLICY, SET_COOKIE,
+    CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, REFERRER_POLICY, RETRY_AFTER, SET_COOKIE,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -59,7 +59,9 @@ const ROWS: i64 = 100;
 const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 
-/// A database failure while rendering: a bare 500 page, logged once here.
+/// A failure while rendering, logged once here: the database being
+/// unavailable is a 503 page with `Retry-After` (as the API answers it),
+/// anything else a bare 500 page.
 pub struct PageError(anyhow::Error);
 
 impl<E: Into<anyhow::Error>> From<E> for PageError {
@@ -70,6 +72,19 @@ impl<E: Into<anyhow::Error>> From<E> for PageError {
 
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
+        if let Some(cause) = crate::error::unavailable_cause(&self.0) {
+            tracing::warn!(error = %cause, "admin page: the database is unavailable");
+            let mut page = message_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Holdfast cannot reach its database right now; try again in a moment.",
+            );
+            page.headers_mut().insert(
+                RETRY_AFTER,
+                HeaderValue::from(crate::error::UNAVAILABLE_RETRY_AFTER_SECS),
+            );
+            return page;
+        }
         tracing::error!(error = format!("{:#}", self.0), "admin page failed");
         message_page(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -729,6 +744,21 @@ fn age(seconds: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_is_a_503_page_and_a_bug_a_500() {
+        let outage = PageError::from(sqlx::Error::PoolTimedOut).into_response();
+        assert_eq!(outage.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            outage.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from(
+                crate::error::UNAVAILABLE_RETRY_AFTER_SECS
+            ))
+        );
+        let bug = PageError::from(anyhow::anyhow!("a bug")).into_response();
+        assert_eq!(bug.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(bug.headers().get(RETRY_AFTER).is_none());
+    }
 
     #[test]
     fn escapes_everything_that_could_open_markup() {
