@@ -880,6 +880,23 @@ impl Engine {
                 }
             };
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            // Choosing per field can pair one side's ship-window start with
+            // the other's end; the server would refuse that edit (400) and it
+            // would come back as a rejection. Say so while the user chooses.
+            let mut result = Some(view.theirs.clone());
+            for act in planned.iter().flatten() {
+                result = view::apply(result, act, &me);
+            }
+            if let Some((start, end)) = result
+                .and_then(|o| o.ship_window_start.zip(o.ship_window_end))
+                .filter(|(start, end)| end < start)
+            {
+                failure = Some(Error::Invalid(format!(
+                    "that choice makes the ship window end ({end}) before it starts \
+                     ({start}); take both dates from the same side"
+                )));
+                return Ok(());
+            }
             let kept: Vec<(pending::Row, Option<Act>)> = rows.into_iter().zip(planned).collect();
             rechain(
                 tx,

@@ -187,6 +187,60 @@ async fn conflict_blocks_one_order_and_resolves_by_rebase_or_choice(db: PgPool) 
     assert_eq!(dana.status().expect("status").conflicts, 0);
 }
 
+/// Choosing per field may not pair one side's ship-window start with the
+/// other's end when that reverses the window: refused at once, the conflict
+/// stays open and nothing is queued; a consistent choice then lands.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_choice_that_reverses_the_ship_window_is_refused_while_choosing(db: PgPool) {
+    let server = Server::start(db).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dana = open(dir.path(), "dana", fast_config());
+    let priya = open(dir.path(), "priya", fast_config());
+    login(&dana, &server.url(), "dana@acme.test").await;
+    login(&priya, &server.url(), "priya@acme.test").await;
+    let token = server.token("dana@acme.test").await;
+    let mut pokes = server.pokes(&token).await;
+    let x = new_order(&dana);
+    dana.sync_once().await.expect("sync");
+    pull_until(&priya, &mut pokes, |p| mirrored_version(p, x) == 1).await;
+
+    let day = |d| NaiveDate::from_ymd_opt(2026, 6, d);
+    let window = |start, end| OrderHeaderSet {
+        ship_window_start: Some(day(start)),
+        ship_window_end: Some(day(end)),
+        ..Default::default()
+    };
+    dana.edit_order(x, window(1, 5)).expect("dana's window");
+    priya.edit_order(x, window(10, 20)).expect("priya's window");
+    priya.sync_once().await.expect("priya syncs");
+    assert_eq!(dana.sync_once().await.expect("sync").conflicts, 1);
+
+    let mixed = Resolution::Choose(BTreeMap::from([
+        ("ship_window_start".to_owned(), Choice::Theirs),
+        ("ship_window_end".to_owned(), Choice::Mine),
+    ]));
+    match dana.resolve_conflict(x, &mixed) {
+        Err(Error::Invalid(msg)) => assert!(msg.contains("ship window"), "{msg}"),
+        other => panic!("a reversed window must be refused, got {other:?}"),
+    }
+    assert!(dana.conflict(x).expect("conflict").is_some(), "still open");
+    assert_eq!(dana.status().expect("status").conflicts, 1);
+
+    let mine = Resolution::Choose(BTreeMap::from([
+        ("ship_window_start".to_owned(), Choice::Mine),
+        ("ship_window_end".to_owned(), Choice::Mine),
+    ]));
+    dana.resolve_conflict(x, &mine)
+        .expect("a consistent choice");
+    assert_eq!(dana.sync_once().await.expect("sync").applied, 1);
+    let doc = server.order(&token, x).await;
+    assert_eq!(
+        (doc.ship_window_start, doc.ship_window_end),
+        (day(1), day(5))
+    );
+    assert_eq!(dana.status().expect("status").rejections, 0);
+}
+
 /// Must show: a pull never rewrites a pending act's base; the colleague's
 /// edit becomes a conflict, not an overwrite.
 #[sqlx::test(migrations = "../migrations")]
