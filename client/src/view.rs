@@ -106,8 +106,11 @@ pub fn apply(order: Option<Order>, act: &Act, me: &Me) -> Option<Order> {
             }
         }
         Act::Release { line_id, qty, .. } => {
+            // The document may no longer hold what the act releases (a
+            // colleague released it, or our own allocation was refused):
+            // show none left, never a negative; the server answers the act.
             if let Some(i) = line(&mut o, *line_id) {
-                o.lines[i].qty_allocated -= qty;
+                o.lines[i].qty_allocated = (o.lines[i].qty_allocated - qty).max(0);
             }
         }
         Act::Confirm { .. } => o.status = OrderStatus::Confirmed,
@@ -417,5 +420,50 @@ mod tests {
         assert_eq!(summary.order.version, order.version);
         let json = serde_json::to_value(&summary).expect("json");
         assert!(json["order"].get("lines").is_none(), "no lines on the wire");
+    }
+
+    #[test]
+    fn a_release_of_more_than_is_held_shows_none_left_not_a_negative() {
+        let me = me();
+        let (o, l) = (Uuid::now_v7(), Uuid::now_v7());
+        let mut doc = apply(
+            None,
+            &Act::CreateOrder {
+                order_id: o,
+                customer_id: Uuid::now_v7(),
+                customer_po: None,
+                ship_window_start: None,
+                ship_window_end: None,
+                notes: None,
+            },
+            &me,
+        );
+        let add = Act::AddLine {
+            order_id: o,
+            line_id: l,
+            sku_id: Uuid::now_v7(),
+            qty_ordered: 5,
+            base_version: 1,
+        };
+        doc = apply(doc, &add, &me);
+        doc = apply(
+            doc,
+            &Act::Allocate {
+                order_id: o,
+                line_id: l,
+                qty: 2,
+            },
+            &me,
+        );
+        doc = apply(
+            doc,
+            &Act::Release {
+                order_id: o,
+                line_id: l,
+                qty: 3,
+            },
+            &me,
+        );
+        assert_eq!(doc.expect("doc").lines[0].qty_allocated, 0);
     }
 }
