@@ -241,6 +241,10 @@ async fn run(
     let settings = Arc::new(settings);
     let mut desk = Desk::default();
     let mut tasks: JoinSet<Uuid> = JoinSet::new();
+    // A deadline, not a sleep restarted every turn: a busy relay (a delivery
+    // finishing every few ms) still polls, so without a listener new events
+    // are still fanned out and retries still come due.
+    let mut next_poll = tokio::time::Instant::now() + settings.poll;
     // Whether to claim on this turn: after a wake-up (a notification or the
     // poll), or when a partner is down to half its share and the last claim
     // was cut short by the caps (more was due than it could take). The claim
@@ -284,7 +288,8 @@ async fn run(
         }
         tokio::select! {
             _ = stop.changed() => {}
-            _ = tokio::time::sleep(settings.poll) => {
+            _ = tokio::time::sleep_until(next_poll) => {
+                next_poll = tokio::time::Instant::now() + settings.poll;
                 may_claim = true;
                 woken = true;
             }
