@@ -138,12 +138,12 @@ struct Held {
 /// What this relay holds: claimed deliveries waiting for a sending slot,
 /// and the attempts in flight, per partner.
 #[derive(Default)]
-struct Desk {
+struct Holdings {
     waiting: HashMap<Uuid, VecDeque<Held>>,
     sending: HashMap<Uuid, usize>,
 }
 
-impl Desk {
+impl Holdings {
     fn held(&self, partner: &Uuid) -> usize {
         self.waiting.get(partner).map_or(0, VecDeque::len)
             + self.sending.get(partner).copied().unwrap_or(0)
@@ -239,7 +239,7 @@ async fn run(
     let (outcomes, recorded) = mpsc::unbounded_channel();
     let recorder = tokio::spawn(record_delivered(db.clone(), recorded));
     let settings = Arc::new(settings);
-    let mut desk = Desk::default();
+    let mut holdings = Holdings::default();
     let mut tasks: JoinSet<Uuid> = JoinSet::new();
     // A deadline, not a sleep restarted every turn: a busy relay (a delivery
     // finishing every few ms) still polls, so without a listener new events
@@ -259,11 +259,11 @@ async fn run(
         }
         if may_claim && claiming.is_none() {
             may_claim = false;
-            let room = (settings.max_in_flight * 2).saturating_sub(desk.total());
+            let room = (settings.max_in_flight * 2).saturating_sub(holdings.total());
             if room == 0 {
                 cut_short = true;
             } else {
-                let partners = desk.room(settings.per_partner_held());
+                let partners = holdings.room(settings.per_partner_held());
                 claiming = Some(tokio::spawn(pump(
                     db.clone(),
                     settings.clone(),
@@ -273,7 +273,7 @@ async fn run(
                 )));
             }
         }
-        for held in desk.next_to_send(&settings) {
+        for held in holdings.next_to_send(&settings) {
             let (db, settings, client, outcomes) = (
                 db.clone(),
                 settings.clone(),
@@ -296,7 +296,7 @@ async fn run(
             claimed = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
                 claiming = None;
                 cut_short = match claimed {
-                    Ok(Ok(claim)) => desk.take(claim, settings.per_partner_held()),
+                    Ok(Ok(claim)) => holdings.take(claim, settings.per_partner_held()),
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "relay pass failed; retrying after the poll interval");
                         false
@@ -309,10 +309,10 @@ async fn run(
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => match done {
                 Ok(partner) => {
-                    desk.finished(partner);
+                    holdings.finished(partner);
                     // Half of a partner's share left: top it up, if the last
                     // claim suggested more is due (a wake-up says so anyway).
-                    may_claim |= cut_short && desk.held(&partner) * 2 <= settings.per_partner_held();
+                    may_claim |= cut_short && holdings.held(&partner) * 2 <= settings.per_partner_held();
                 }
                 Err(e) => tracing::error!(error = %e, "a delivery task failed; its lease will expire"),
             },
@@ -331,10 +331,10 @@ async fn run(
     }
     if let Some(pending) = claiming {
         if let Ok(Ok(claim)) = pending.await {
-            desk.take(claim, settings.per_partner_held());
+            holdings.take(claim, settings.per_partner_held());
         }
     }
-    let unsent: Vec<(Uuid, i64, Uuid)> = desk
+    let unsent: Vec<(Uuid, i64, Uuid)> = holdings
         .drain_waiting()
         .into_iter()
         .map(|h| (h.delivery.tenant_id, h.delivery.id, h.lease_id))
@@ -560,11 +560,11 @@ mod tests {
     fn a_partner_sends_within_its_slots_and_the_rest_waits_in_order() {
         let s = settings();
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let mut desk = Desk::default();
+        let mut holdings = Holdings::default();
         let got = (1..=5).map(|i| delivery(a, i)).chain([delivery(b, 6)]);
         // a got 5 of its share of 16: nothing more was due for it.
-        assert!(!desk.take(claim(vec![], 12, got.collect()), s.per_partner_held()));
-        let first: Vec<i64> = desk
+        assert!(!holdings.take(claim(vec![], 12, got.collect()), s.per_partner_held()));
+        let first: Vec<i64> = holdings
             .next_to_send(&s)
             .iter()
             .map(|h| h.delivery.id)
@@ -576,16 +576,19 @@ mod tests {
             vec![1, 2, 6],
             "two of a's (oldest first) and b's one"
         );
-        assert!(desk.next_to_send(&s).is_empty(), "a's slots are full");
-        assert_eq!((desk.held(&a), desk.held(&b), desk.total()), (5, 1, 6));
-        desk.finished(a);
-        let next: Vec<i64> = desk
+        assert!(holdings.next_to_send(&s).is_empty(), "a's slots are full");
+        assert_eq!(
+            (holdings.held(&a), holdings.held(&b), holdings.total()),
+            (5, 1, 6)
+        );
+        holdings.finished(a);
+        let next: Vec<i64> = holdings
             .next_to_send(&s)
             .iter()
             .map(|h| h.delivery.id)
             .collect();
         assert_eq!(next, vec![3], "a freed slot takes a's next in line");
-        let room = desk.room(s.per_partner_held());
+        let room = holdings.room(s.per_partner_held());
         assert!(
             room.contains(&(a, 12)) && room.contains(&(b, 15)),
             "{room:?}"
@@ -596,17 +599,21 @@ mod tests {
     fn a_claim_that_fills_a_share_or_its_ask_says_more_may_be_due() {
         let s = settings();
         let a = Uuid::from_u128(1);
-        let mut desk = Desk::default();
+        let mut holdings = Holdings::default();
         // a had room for 3 and got 3: its backlog may go on.
         let full_share = claim(vec![(a, 3)], 10, (1..=3).map(|i| delivery(a, i)).collect());
-        assert!(desk.take(full_share, s.per_partner_held()));
+        assert!(holdings.take(full_share, s.per_partner_held()));
         // Everything asked for came back: there may be more.
         let full_ask = claim(vec![(a, 13)], 2, (4..=5).map(|i| delivery(a, i)).collect());
-        assert!(desk.take(full_ask, s.per_partner_held()));
+        assert!(holdings.take(full_ask, s.per_partner_held()));
         // Less than both: drained, until the next wake-up.
         let short = claim(vec![(a, 11)], 10, vec![delivery(a, 6)]);
-        assert!(!desk.take(short, s.per_partner_held()));
-        let unsent: Vec<i64> = desk.drain_waiting().iter().map(|h| h.delivery.id).collect();
+        assert!(!holdings.take(short, s.per_partner_held()));
+        let unsent: Vec<i64> = holdings
+            .drain_waiting()
+            .iter()
+            .map(|h| h.delivery.id)
+            .collect();
         assert_eq!(unsent, vec![1, 2, 3, 4, 5, 6]);
     }
 }
