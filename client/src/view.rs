@@ -311,19 +311,23 @@ mod tests {
         }
     }
 
+    fn create(order_id: Uuid) -> Act {
+        Act::CreateOrder {
+            order_id,
+            customer_id: Uuid::now_v7(),
+            customer_po: None,
+            ship_window_start: None,
+            ship_window_end: None,
+            notes: None,
+        }
+    }
+
     #[test]
     fn every_act_adds_one_to_the_version() {
         let me = me();
         let (o, l) = (Uuid::now_v7(), Uuid::now_v7());
         let acts = [
-            Act::CreateOrder {
-                order_id: o,
-                customer_id: Uuid::now_v7(),
-                customer_po: None,
-                ship_window_start: None,
-                ship_window_end: None,
-                notes: None,
-            },
+            create(o),
             Act::AddLine {
                 order_id: o,
                 line_id: l,
@@ -426,18 +430,7 @@ mod tests {
     fn a_release_of_more_than_is_held_shows_none_left_not_a_negative() {
         let me = me();
         let (o, l) = (Uuid::now_v7(), Uuid::now_v7());
-        let mut doc = apply(
-            None,
-            &Act::CreateOrder {
-                order_id: o,
-                customer_id: Uuid::now_v7(),
-                customer_po: None,
-                ship_window_start: None,
-                ship_window_end: None,
-                notes: None,
-            },
-            &me,
-        );
+        let mut doc = apply(None, &create(o), &me);
         let add = Act::AddLine {
             order_id: o,
             line_id: l,

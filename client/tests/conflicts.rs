@@ -37,6 +37,41 @@ fn new_order(desk: &Engine) -> Uuid {
     .expect("create")
 }
 
+/// Dana and Priya signed in on desks of their own, one order of Dana's
+/// synced and in both mirrors at version 1.
+struct Shared {
+    server: Server,
+    _dir: tempfile::TempDir,
+    dana: Engine,
+    priya: Engine,
+    token: String,
+    pokes: Pokes,
+    order: Uuid,
+}
+
+async fn one_order_on_two_desks(db: PgPool) -> Shared {
+    let server = Server::start(db).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dana = open(dir.path(), "dana", fast_config());
+    let priya = open(dir.path(), "priya", fast_config());
+    login(&dana, &server.url(), "dana@acme.test").await;
+    login(&priya, &server.url(), "priya@acme.test").await;
+    let token = server.token("dana@acme.test").await;
+    let mut pokes = server.pokes(&token).await;
+    let order = new_order(&dana);
+    dana.sync_once().await.expect("sync");
+    pull_until(&priya, &mut pokes, |p| mirrored_version(p, order) == 1).await;
+    Shared {
+        server,
+        _dir: dir,
+        dana,
+        priya,
+        token,
+        pokes,
+        order,
+    }
+}
+
 /// Must show: two desks edit the same order offline; the second to sync gets
 /// a conflict that holds only that order while its other orders keep
 /// syncing; a disjoint-field rebase and a same-field choice (mine, then
@@ -192,17 +227,15 @@ async fn conflict_blocks_one_order_and_resolves_by_rebase_or_choice(db: PgPool) 
 /// stays open and nothing is queued; a consistent choice then lands.
 #[sqlx::test(migrations = "../migrations")]
 async fn a_choice_that_reverses_the_ship_window_is_refused_while_choosing(db: PgPool) {
-    let server = Server::start(db).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dana = open(dir.path(), "dana", fast_config());
-    let priya = open(dir.path(), "priya", fast_config());
-    login(&dana, &server.url(), "dana@acme.test").await;
-    login(&priya, &server.url(), "priya@acme.test").await;
-    let token = server.token("dana@acme.test").await;
-    let mut pokes = server.pokes(&token).await;
-    let x = new_order(&dana);
-    dana.sync_once().await.expect("sync");
-    pull_until(&priya, &mut pokes, |p| mirrored_version(p, x) == 1).await;
+    let Shared {
+        server,
+        _dir,
+        dana,
+        priya,
+        token,
+        pokes: _,
+        order: x,
+    } = one_order_on_two_desks(db).await;
 
     let day = |d| NaiveDate::from_ymd_opt(2026, 6, d);
     let window = |start, end| OrderHeaderSet {
@@ -245,17 +278,15 @@ async fn a_choice_that_reverses_the_ship_window_is_refused_while_choosing(db: Pg
 /// edit becomes a conflict, not an overwrite.
 #[sqlx::test(migrations = "../migrations")]
 async fn a_pull_never_rewrites_a_pending_base(db: PgPool) {
-    let server = Server::start(db).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let dana = open(dir.path(), "dana", fast_config());
-    let priya = open(dir.path(), "priya", fast_config());
-    login(&dana, &server.url(), "dana@acme.test").await;
-    login(&priya, &server.url(), "priya@acme.test").await;
-    let token = server.token("dana@acme.test").await;
-    let mut pokes = server.pokes(&token).await;
-    let x = new_order(&dana);
-    dana.sync_once().await.expect("sync");
-    pull_until(&priya, &mut pokes, |p| mirrored_version(p, x) == 1).await;
+    let Shared {
+        server,
+        _dir,
+        dana,
+        priya,
+        token,
+        mut pokes,
+        order: x,
+    } = one_order_on_two_desks(db).await;
 
     dana.edit_order(x, notes("rush")).expect("dana edits at v1");
     priya
