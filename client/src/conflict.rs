@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Order, OrderHeaderSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -219,6 +219,11 @@ pub enum ResolveError {
     Collides(Vec<String>),
     #[error("no such field in this conflict: {0}")]
     UnknownField(String),
+    #[error(
+        "that choice makes the ship window end ({end}) before it starts ({start}); \
+         take both dates from the same side"
+    )]
+    ReversedShipWindow { start: NaiveDate, end: NaiveDate },
 }
 
 /// Filters the user's held acts (in order) by the decision: `None` drops an

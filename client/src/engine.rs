@@ -891,10 +891,7 @@ impl Engine {
                 .and_then(|o| o.ship_window_start.zip(o.ship_window_end))
                 .filter(|(start, end)| end < start)
             {
-                failure = Some(Error::Invalid(format!(
-                    "that choice makes the ship window end ({end}) before it starts \
-                     ({start}); take both dates from the same side"
-                )));
+                failure = Some(ResolveError::ReversedShipWindow { start, end }.into());
                 return Ok(());
             }
             let kept: Vec<(pending::Row, Option<Act>)> = rows.into_iter().zip(planned).collect();

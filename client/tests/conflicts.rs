@@ -253,7 +253,7 @@ async fn a_choice_that_reverses_the_ship_window_is_refused_while_choosing(db: Pg
         ("ship_window_end".to_owned(), Choice::Mine),
     ]));
     match dana.resolve_conflict(x, &mixed) {
-        Err(Error::Invalid(msg)) => assert!(msg.contains("ship window"), "{msg}"),
+        Err(Error::Resolve(e)) => assert!(e.to_string().contains("ship window"), "{e}"),
         other => panic!("a reversed window must be refused, got {other:?}"),
     }
     assert!(dana.conflict(x).expect("conflict").is_some(), "still open");
