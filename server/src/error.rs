@@ -1,5 +1,7 @@
-//! One error type for every HTTP path: an RFC 9457 problem with a stable code,
-//! or an internal error that becomes a bare 500 and is logged once, here.
+//! The server's one error type: a rejection the caller can act on (an
+//! RFC 9457 problem with a stable code), or an internal error. The engine,
+//! the inbox and the db layer return it; `http::error` turns it into a
+//! response (a bare 500 for a bug, logged once there).
 //!
 //! An internal error caused by the database being unavailable (down,
 //! restarting, read-only, out of disk or connections, the pool exhausted) is
@@ -9,13 +11,12 @@
 //! connection broke while COMMIT was on its way, the transaction may have
 //! committed — whole, key and answer included — and the retry replays it.)
 
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use holdfast_protocol::problem::{FieldError, Problem, ProblemCode, PROBLEM_CONTENT_TYPE};
+use holdfast_protocol::json::BodyError;
+use holdfast_protocol::problem::{FieldError, Problem, ProblemCode};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// A 4xx the caller can act on; its code is in API.md's table.
+pub enum Error {
+    /// A rejection the caller can act on; its code is in API.md's table.
     #[error("{}: {}", .0.code, .0.detail.as_deref().unwrap_or(""))]
     Problem(Box<Problem>),
     /// A bug: 500 `internal`, details only in the log. When the cause is the
@@ -25,11 +26,9 @@ pub enum ApiError {
     Internal(#[from] anyhow::Error),
 }
 
-pub type ApiResult<T> = Result<T, ApiError>;
-
-impl ApiError {
+impl Error {
     pub fn problem(code: ProblemCode, detail: impl Into<String>) -> Self {
-        ApiError::Problem(Box::new(Problem::new(code, detail)))
+        Error::Problem(Box::new(Problem::new(code, detail)))
     }
 
     pub fn not_found(what: &str) -> Self {
@@ -56,7 +55,7 @@ impl ApiError {
             message: message.into(),
         };
         let detail = format!("{}: {}", error.field, error.message);
-        ApiError::Problem(Box::new(
+        Error::Problem(Box::new(
             Problem::new(ProblemCode::ValidationFailed, detail).with("errors", vec![error]),
         ))
     }
@@ -65,13 +64,13 @@ impl ApiError {
     /// or `service_unavailable` when the database is the cause).
     pub fn to_problem(&self) -> Problem {
         match self {
-            ApiError::Problem(p) => (**p).clone(),
-            ApiError::Internal(e) if unavailable_cause(e).is_some() => Problem::new(
+            Error::Problem(p) => (**p).clone(),
+            Error::Internal(e) if unavailable_cause(e).is_some() => Problem::new(
                 ProblemCode::ServiceUnavailable,
                 "the database is unavailable right now; retry shortly (a mutation with the same Idempotency-Key)",
             )
             .with("retry_after", UNAVAILABLE_RETRY_AFTER_SECS),
-            ApiError::Internal(_) => {
+            Error::Internal(_) => {
                 Problem::new(ProblemCode::Internal, "internal error; it has been logged")
             }
         }
@@ -122,49 +121,27 @@ pub fn sqlstate_is_unavailable(code: &str) -> bool {
         )
 }
 
-impl From<sqlx::Error> for ApiError {
+impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        ApiError::Internal(e.into())
+        Error::Internal(e.into())
     }
 }
 
-impl From<Problem> for ApiError {
+impl From<Problem> for Error {
     fn from(p: Problem) -> Self {
-        ApiError::Problem(Box::new(p))
+        Error::Problem(Box::new(p))
     }
 }
 
-/// Renders a problem document with its status and content type.
-pub fn problem_response(problem: &Problem) -> Response {
-    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = serde_json::to_vec(problem).unwrap_or_default();
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(PROBLEM_CONTENT_TYPE),
-    );
-    // A problem that says when to come back says it in the header too.
-    if let Some(secs) = problem.extension("retry_after").and_then(|v| v.as_u64()) {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+impl From<BodyError> for Error {
+    fn from(e: BodyError) -> Self {
+        Error::Problem(Box::new(e.to_problem()))
     }
-    response
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        if let ApiError::Internal(e) = &self {
-            // Logged once, inside the request's span (method, route, request id).
-            if unavailable_cause(e).is_some() {
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    "database unavailable; answered 503"
-                );
-            } else {
-                tracing::error!(error = format!("{e:#}"), "internal error");
-            }
-        }
-        problem_response(&self.to_problem())
+impl From<FieldError> for Error {
+    fn from(e: FieldError) -> Self {
+        Error::validation(e.field, e.message)
     }
 }
 
@@ -201,30 +178,24 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_is_a_503_with_retry_after_and_a_bug_a_500() {
-        let outage = ApiError::from(sqlx::Error::PoolTimedOut);
+    fn an_outage_is_service_unavailable_and_a_bug_internal() {
+        let outage = Error::from(sqlx::Error::PoolTimedOut);
         let p = outage.to_problem();
         assert_eq!((p.status, p.code), (503, ProblemCode::ServiceUnavailable));
-        let response = outage.into_response();
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
-            response.headers().get(header::RETRY_AFTER),
-            Some(&HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECS))
+            p.extension("retry_after").and_then(|v| v.as_u64()),
+            Some(UNAVAILABLE_RETRY_AFTER_SECS)
         );
 
         // Wrapped in context, as the engine's errors are.
         let io = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed");
         let wrapped = anyhow::Error::from(sqlx::Error::Io(io)).context("committing");
         assert_eq!(
-            ApiError::Internal(wrapped).to_problem().code,
+            Error::Internal(wrapped).to_problem().code,
             ProblemCode::ServiceUnavailable
         );
 
-        let bug = ApiError::from(sqlx::Error::RowNotFound);
+        let bug = Error::from(sqlx::Error::RowNotFound);
         assert_eq!(bug.to_problem().code, ProblemCode::Internal);
-        assert_eq!(
-            bug.into_response().status(),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
     }
 }

@@ -8,6 +8,8 @@
 //! inbox row or not at all, so a failure answers 500 and the provider's
 //! redelivery gets a clean second chance.
 
+use holdfast_protocol::event::EventType;
+use holdfast_protocol::json::{self, BodyError};
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde::Deserialize;
 use serde_json::json;
@@ -15,8 +17,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::db::changes::{record_in_tx, DocKind};
-use crate::db::outbox::{enqueue_in_tx, Aggregate};
-use crate::error::ApiError;
+use crate::db::outbox::{announce_ats_in_tx, enqueue_in_tx, Aggregate};
+use crate::error::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Provider {
@@ -94,7 +96,7 @@ pub async fn handle(
     event_id: &str,
     raw: &[u8],
     envelope: Envelope,
-) -> Result<Handled, ApiError> {
+) -> Result<Handled, Error> {
     // Bound like a request: the URL named the tenant and the signature showed
     // the sender holds that tenant's secret.
     let mut tx = crate::db::begin_for_tenant(db, tenant_id).await?;
@@ -116,7 +118,7 @@ pub async fn handle(
         (Provider::Warehouse, "inventory.received") => {
             let d: InventoryData = data(envelope.data)?;
             if d.qty < 1 {
-                return Err(ApiError::validation(
+                return Err(Error::validation(
                     "data.qty",
                     "received quantity must be at least 1",
                 ));
@@ -134,7 +136,7 @@ pub async fn handle(
         (Provider::Warehouse, "inventory.adjusted") => {
             let d: InventoryData = data(envelope.data)?;
             if d.qty == 0 {
-                return Err(ApiError::validation(
+                return Err(Error::validation(
                     "data.qty",
                     "an adjustment of 0 changes nothing",
                 ));
@@ -167,26 +169,17 @@ pub async fn handle(
     Ok(Handled::Processed)
 }
 
-fn data<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    let bytes = serde_json::to_vec(&value).map_err(|e| ApiError::Internal(e.into()))?;
-    crate::http::parse_json(&bytes).map_err(|e| match e {
-        ApiError::Problem(mut p) => {
+fn data<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, Error> {
+    json::reject_nul(&value)
+        .and_then(|()| json::typed(&value))
+        .map_err(|e| match e {
             // Name fields from the envelope's root, as the provider sent them.
-            if let Some(serde_json::Value::Array(errors)) = p.extensions.get_mut("errors") {
-                for err in errors {
-                    if let Some(field) = err
-                        .get("field")
-                        .and_then(|f| f.as_str())
-                        .map(|f| format!("data.{f}"))
-                    {
-                        err["field"] = json!(field);
-                    }
-                }
+            BodyError::Invalid(mut e) => {
+                e.field = format!("data.{}", e.field);
+                Error::from(BodyError::Invalid(e))
             }
-            ApiError::Problem(p)
-        }
-        other => other,
-    })
+            other => Error::from(other),
+        })
 }
 
 /// Moves on_hand by `delta` through the inventory ledger, refusing to take it
@@ -198,7 +191,7 @@ async fn adjust_on_hand_in_tx(
     delta: i64,
     reason: &str,
     source: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let moved: Option<(i64, i64, i64)> = sqlx::query_as(
         "update sku_positions
             set on_hand = on_hand + $3, version = version + 1, event_seq = event_seq + 1, updated_at = now()
@@ -220,7 +213,7 @@ async fn adjust_on_hand_in_tx(
         .fetch_optional(&mut *conn)
         .await?;
         let Some((on_hand, on_order, allocated)) = position else {
-            return Err(ApiError::not_found("SKU"));
+            return Err(Error::not_found("SKU"));
         };
         return Err(Problem::new(
             ProblemCode::InsufficientAts,
@@ -244,17 +237,7 @@ async fn adjust_on_hand_in_tx(
     .bind(source)
     .execute(&mut *conn)
     .await?;
-    record_in_tx(conn, tenant_id, DocKind::Sku, sku_id, version).await?;
-    enqueue_in_tx(
-        conn,
-        tenant_id,
-        "sku.ats_changed",
-        Aggregate::Sku(sku_id),
-        seq,
-        version,
-        json!({"ats": ats}),
-    )
-    .await?;
+    announce_ats_in_tx(conn, tenant_id, sku_id, ats, version, seq).await?;
     Ok(())
 }
 
@@ -265,7 +248,7 @@ async fn mark_paid_in_tx(
     tenant_id: Uuid,
     invoice_id: Uuid,
     amount: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let paid: Option<(Uuid, i64, i64, i64)> = sqlx::query_as(
         "update invoices set status = 'paid', paid_at = now(), version = version + 1, event_seq = event_seq + 1
           where tenant_id = $1 and id = $2 and status = 'awaiting_payment'
@@ -287,7 +270,7 @@ async fn mark_paid_in_tx(
     enqueue_in_tx(
         conn,
         tenant_id,
-        "invoice.paid",
+        EventType::InvoicePaid,
         Aggregate::Invoice(invoice_id),
         seq,
         version,

@@ -3,8 +3,11 @@
 //! announced and a committed one always is. The relay reads them.
 
 use chrono::Utc;
+use holdfast_protocol::event::EventType;
 use serde_json::{json, Value};
 use sqlx::PgConnection;
+
+use crate::db::changes::{record_in_tx, DocKind};
 use uuid::Uuid;
 
 /// What an event is about; its sequence counts per aggregate.
@@ -37,7 +40,7 @@ impl Aggregate {
 pub async fn enqueue_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
-    event_type: &str,
+    event_type: EventType,
     aggregate: Aggregate,
     sequence: i64,
     version: i64,
@@ -53,7 +56,7 @@ pub async fn enqueue_in_tx(
     data.insert("version".into(), json!(version));
     // The body partners receive, fixed now so every retry sends the same bytes.
     let payload = json!({
-        "type": event_type,
+        "type": event_type.as_str(),
         "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         "data": data,
     });
@@ -62,7 +65,7 @@ pub async fn enqueue_in_tx(
          values ($1, $2, $3, $4, $5, $6)",
     )
     .bind(tenant_id)
-    .bind(event_type)
+    .bind(event_type.as_str())
     .bind(aggregate.kind())
     .bind(aggregate.id())
     .bind(sequence)
@@ -70,4 +73,29 @@ pub async fn enqueue_in_tx(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A SKU's position moved: its change row for the desks' feed and its
+/// `sku.ats_changed` event for partners, in the caller's transaction.
+/// `version` and `sequence` are the position's new ones (bumped by the
+/// caller's update); `ats` is what is available to sell now.
+pub async fn announce_ats_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    sku_id: Uuid,
+    ats: i64,
+    version: i64,
+    sequence: i64,
+) -> Result<(), sqlx::Error> {
+    record_in_tx(conn, tenant_id, DocKind::Sku, sku_id, version).await?;
+    enqueue_in_tx(
+        conn,
+        tenant_id,
+        EventType::SkuAtsChanged,
+        Aggregate::Sku(sku_id),
+        sequence,
+        version,
+        json!({ "ats": ats }),
+    )
+    .await
 }

@@ -5,7 +5,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth;
-use crate::http::Caller;
+use crate::auth::Caller;
 
 /// Checks the credentials and, if right, stores a new device token's digest.
 /// Unknown tenant, unknown user and wrong password are one outcome (`None`).

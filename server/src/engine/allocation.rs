@@ -12,29 +12,29 @@
 //! already happened" and answers with the current order instead of doubling.
 
 use chrono::{DateTime, Utc};
+use holdfast_protocol::event::EventType;
+use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{AllocationResult, Line, Order, OrderStatus};
 use holdfast_protocol::problem::{Problem, ProblemCode};
-use serde_json::json;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::orders::{load, lock_order, over_allocation, require_status};
 use super::Done;
-use crate::db::changes::{record_in_tx, DocKind};
-use crate::db::outbox::{enqueue_in_tx, Aggregate};
-use crate::error::ApiError;
-use crate::http::Caller;
+use crate::auth::Caller;
+use crate::db::outbox::announce_ats_in_tx;
+use crate::error::Error;
 
 const ALLOCATABLE: &[OrderStatus] = &[OrderStatus::Draft, OrderStatus::Confirmed];
 
 pub(crate) async fn allocate(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
     qty: i64,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     move_line(
         conn,
         caller,
@@ -50,11 +50,11 @@ pub(crate) async fn allocate(
 pub(crate) async fn release(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
     qty: i64,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     move_line(
         conn,
         caller,
@@ -88,20 +88,19 @@ enum Direction {
 /// storing the answer and the commit wait behind it (the sequential version
 /// held it for 12 round trips). A shortfall reads the ATS once more, outside
 /// any write.
-#[allow(clippy::too_many_arguments)]
 async fn move_line(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
     qty: i64,
     direction: Direction,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     let locked = lock_order(conn, t, order_id)
         .await?
-        .ok_or_else(|| ApiError::not_found("order"))?;
+        .ok_or_else(|| Error::not_found("order"))?;
     let (late_sku, mut lines) = lines_and_ledger(conn, t, key, order_id, line_id).await?;
     if let Some(sku_id) = late_sku {
         return late_retry(conn, t, sku_id, order_id).await;
@@ -110,7 +109,7 @@ async fn move_line(
     let at = lines
         .iter()
         .position(|l| l.id == line_id)
-        .ok_or_else(|| ApiError::not_found("line on this order"))?;
+        .ok_or_else(|| Error::not_found("line on this order"))?;
     let Line {
         sku_id,
         qty_ordered,
@@ -139,21 +138,15 @@ async fn move_line(
             -qty
         }
     };
-    let moved = folded_move(
-        conn,
-        caller,
-        key,
-        direction,
+    let line = LineRef {
         order_id,
         line_id,
         sku_id,
-        delta,
-        locked.version,
-    )
-    .await?;
+    };
+    let moved = folded_move(conn, caller, key, direction, line, delta, locked.version).await?;
     let Some(moved) = moved else {
         if direction == Direction::Release {
-            return Err(ApiError::Internal(anyhow::anyhow!(
+            return Err(Error::Internal(anyhow::anyhow!(
                 "releasing {qty} of SKU {sku_id} was refused"
             )));
         }
@@ -201,10 +194,10 @@ async fn move_line(
 async fn lines_and_ledger(
     conn: &mut PgConnection,
     tenant_id: Uuid,
-    key: &str,
+    key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
-) -> Result<(Option<Uuid>, Vec<Line>), ApiError> {
+) -> Result<(Option<Uuid>, Vec<Line>), Error> {
     type Row = (
         Option<Uuid>,
         Option<Uuid>,
@@ -222,7 +215,7 @@ async fn lines_and_ledger(
     )
     .bind(tenant_id)
     .bind(order_id)
-    .bind(key)
+    .bind(key.as_str())
     .bind(line_id)
     .fetch_all(&mut *conn)
     .await?;
@@ -247,7 +240,7 @@ async fn late_retry(
     tenant_id: Uuid,
     sku_id: Uuid,
     order_id: Uuid,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let ats_after: i64 = sqlx::query_scalar(
         "select on_hand + on_order - allocated from sku_positions where tenant_id = $1 and sku_id = $2",
     )
@@ -355,18 +348,20 @@ const FOLDED_MOVE: &str = folded_move!(
 /// Runs [`FOLDED_MOVE`]; `None` when the stock is not there (nothing was
 /// written). A matched position with no order or line row behind it is a
 /// bug, reported as an internal error (the caller rolls back).
-#[allow(clippy::too_many_arguments)]
 async fn folded_move(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     direction: Direction,
-    order_id: Uuid,
-    line_id: Uuid,
-    sku_id: Uuid,
+    line: LineRef,
     delta: i64,
     order_version: i64,
-) -> Result<Option<Moved>, ApiError> {
+) -> Result<Option<Moved>, Error> {
+    let LineRef {
+        order_id,
+        line_id,
+        sku_id,
+    } = line;
     type Row = (
         i64,
         Option<i64>,
@@ -375,8 +370,8 @@ async fn folded_move(
         Option<String>,
     );
     let (reason, event_type) = match direction {
-        Direction::Allocate => ("allocate", "order.line_allocated"),
-        Direction::Release => ("release", "order.line_released"),
+        Direction::Allocate => ("allocate", EventType::OrderLineAllocated),
+        Direction::Release => ("release", EventType::OrderLineReleased),
     };
     let timestamp = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let query = sqlx::query_as::<_, Row>(FOLDED_MOVE)
@@ -385,12 +380,12 @@ async fn folded_move(
         .bind(delta)
         .bind(order_id)
         .bind(line_id)
-        .bind(key)
+        .bind(key.as_str())
         .bind(caller.user_id)
         .bind(order_version)
         .bind(timestamp)
         .bind(reason)
-        .bind(event_type)
+        .bind(event_type.as_str())
         .bind(delta.abs());
     #[cfg(feature = "broken-allocation")]
     let query = {
@@ -415,7 +410,7 @@ async fn folded_move(
     let (Some(version), Some(updated_at), Some(qty_allocated), Some(updated_by_name)) =
         (version, updated_at, qty_allocated, name)
     else {
-        return Err(ApiError::Internal(anyhow::anyhow!(
+        return Err(Error::Internal(anyhow::anyhow!(
             "SKU {sku_id} moved but order {order_id} / line {line_id} did not follow"
         )));
     };
@@ -437,7 +432,7 @@ async fn move_position_in_tx(
     tenant_id: Uuid,
     sku_id: Uuid,
     qty: i64,
-) -> Result<Option<(i64, i64, i64)>, ApiError> {
+) -> Result<Option<(i64, i64, i64)>, Error> {
     Ok(sqlx::query_as(
         "update sku_positions
             set allocated = allocated + $3, version = version + 1, event_seq = event_seq + 1, updated_at = now()
@@ -465,7 +460,7 @@ async fn move_position_in_tx(
     tenant_id: Uuid,
     sku_id: Uuid,
     qty: i64,
-) -> Result<Option<(i64, i64, i64)>, ApiError> {
+) -> Result<Option<(i64, i64, i64)>, Error> {
     let read: Option<(i64, i64)> = sqlx::query_as(
         "select allocated, on_hand + on_order - allocated from sku_positions
           where tenant_id = $1 and sku_id = $2",
@@ -493,78 +488,59 @@ async fn move_position_in_tx(
     .await?)
 }
 
+/// The order line a movement of stock is booked against, and its SKU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LineRef {
+    pub order_id: Uuid,
+    pub line_id: Uuid,
+    pub sku_id: Uuid,
+}
+
 /// Gives back `qty` units of a line's allocation: position, ledger, SKU
 /// events. Used by release, remove-line and cancel. Returns ATS after.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release_position_in_tx(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     reason: &str,
-    order_id: Uuid,
-    line_id: Uuid,
-    sku_id: Uuid,
+    line: LineRef,
     qty: i64,
-) -> Result<i64, ApiError> {
+) -> Result<i64, Error> {
     let t = caller.tenant_id;
+    let sku_id = line.sku_id;
     let (ats_after, sku_version, sku_seq) = move_position_in_tx(conn, t, sku_id, -qty)
         .await?
         .ok_or_else(|| {
-            ApiError::Internal(anyhow::anyhow!(
+            Error::Internal(anyhow::anyhow!(
                 "releasing {qty} of SKU {sku_id} was refused"
             ))
         })?;
-    ledger_in_tx(conn, caller, key, reason, order_id, line_id, sku_id, -qty).await?;
-    position_events_in_tx(conn, t, sku_id, ats_after, sku_version, sku_seq).await?;
+    ledger_in_tx(conn, caller, key, reason, line, -qty).await?;
+    announce_ats_in_tx(conn, t, sku_id, ats_after, sku_version, sku_seq).await?;
     Ok(ats_after)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn ledger_in_tx(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     reason: &str,
-    order_id: Uuid,
-    line_id: Uuid,
-    sku_id: Uuid,
+    line: LineRef,
     delta: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     sqlx::query(
         "insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by)
          values ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(caller.tenant_id)
-    .bind(sku_id)
-    .bind(order_id)
-    .bind(line_id)
+    .bind(line.sku_id)
+    .bind(line.order_id)
+    .bind(line.line_id)
     .bind(delta)
     .bind(reason)
-    .bind(key)
+    .bind(key.as_str())
     .bind(caller.user_id)
     .execute(conn)
-    .await?;
-    Ok(())
-}
-
-async fn position_events_in_tx(
-    conn: &mut PgConnection,
-    tenant_id: Uuid,
-    sku_id: Uuid,
-    ats_after: i64,
-    version: i64,
-    seq: i64,
-) -> Result<(), ApiError> {
-    record_in_tx(conn, tenant_id, DocKind::Sku, sku_id, version).await?;
-    enqueue_in_tx(
-        conn,
-        tenant_id,
-        "sku.ats_changed",
-        Aggregate::Sku(sku_id),
-        seq,
-        version,
-        json!({"ats": ats_after}),
-    )
     .await?;
     Ok(())
 }

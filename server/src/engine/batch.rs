@@ -21,7 +21,8 @@
 //! in the transaction:
 //!
 //! * a 424 `blocked_by_earlier`, or a check that needs no database (key
-//!   length, role, route, body: `engine::prepare`) — nothing was executed;
+//!   length, role, route, body: `engine::parse_item` and `engine::check`) —
+//!   nothing was executed;
 //! * its key was already answered (a replay, or `idempotency_key_reused`) —
 //!   the claim inserted nothing and the stored answer was only read;
 //! * its key was claimed and the handler's answer is kept (a success or a
@@ -64,11 +65,13 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::idempotency::{self, Claim};
+use holdfast_protocol::mutation::Mutation;
+
 use super::{
-    execute_in_tx, prepare, route, run_handler, settle, Outcome, Request, Step, KEY_LOCK_TIMEOUT,
+    check, execute_in_tx, parse_item, run_handler, settle, Outcome, Request, Step, KEY_LOCK_TIMEOUT,
 };
+use crate::auth::Caller;
 use crate::db::begin_for_tenant;
-use crate::http::Caller;
 
 pub const MAX_ITEMS: usize = 500;
 const MAX_ITEMS_PER_TX: usize = 100;
@@ -82,15 +85,7 @@ pub async fn push(
     caller: &Caller,
     items: Vec<PushItem>,
 ) -> anyhow::Result<Vec<PushResult>> {
-    let items: Vec<Request> = items
-        .into_iter()
-        .map(|item| Request {
-            key: item.idempotency_key,
-            method: item.method,
-            path: item.path,
-            body: item.body,
-        })
-        .collect();
+    let items: Vec<Item> = items.iter().map(Item::new).collect();
     let mut results = Vec::with_capacity(items.len());
     let mut failed = Failed::new();
     while results.len() < items.len() {
@@ -112,6 +107,24 @@ pub async fn push(
         results.extend(answers);
     }
     Ok(results)
+}
+
+/// One pushed item: the key it was sent with (its result carries it back),
+/// the order it is about, and the request it makes or the answer refusing it.
+struct Item {
+    key: String,
+    order: Option<Uuid>,
+    request: Result<Request, Outcome>,
+}
+
+impl Item {
+    fn new(item: &PushItem) -> Self {
+        Item {
+            key: item.idempotency_key.clone(),
+            order: Mutation::order_hint(&item.path, &item.body),
+            request: parse_item(item),
+        }
+    }
 }
 
 /// Why a straight attempt was abandoned, and at which item of the chunk.
@@ -149,21 +162,21 @@ fn note(failed: &mut Failed, hint: Option<Uuid>, key: &str, outcome: &Outcome) {
 async fn straight_chunk(
     db: &PgPool,
     caller: &Caller,
-    items: &[Request],
+    items: &[Item],
     failed: &mut Failed,
 ) -> anyhow::Result<Result<Vec<PushResult>, Redo>> {
     let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
     let started = Instant::now();
     let mut answers = Vec::new();
     let mut to_store = ToStore::default();
-    for (at, req) in items.iter().enumerate() {
+    for (at, item) in items.iter().enumerate() {
         if chunk_full(at, started) {
             break;
         }
-        let hint = route::order_hint(&req.path, &req.body);
-        let outcome = match blocked(failed, hint) {
-            Some(outcome) => outcome,
-            None => match straight_item(&mut tx, caller, req, &mut to_store).await {
+        let outcome = match (blocked(failed, item.order), &item.request) {
+            (Some(outcome), _) => outcome,
+            (None, Err(outcome)) => outcome.clone(),
+            (None, Ok(req)) => match straight_item(&mut tx, caller, req, &mut to_store).await {
                 Ok(Ok(outcome)) => outcome,
                 Ok(Err(reason)) => {
                     tx.rollback().await?;
@@ -171,7 +184,7 @@ async fn straight_chunk(
                 }
                 Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
                 Err(e) => {
-                    tracing::warn!(error = format!("{e:#}"), key = %req.key, "batch item failed");
+                    tracing::warn!(error = format!("{e:#}"), key = %item.key, "batch item failed");
                     tx.rollback().await?;
                     return Ok(Err(Redo {
                         at,
@@ -180,8 +193,8 @@ async fn straight_chunk(
                 }
             },
         };
-        note(failed, hint, &req.key, &outcome);
-        answers.push(result(req.key.clone(), &outcome));
+        note(failed, item.order, &item.key, &outcome);
+        answers.push(result(item.key.clone(), &outcome));
     }
     if !to_store.keys.is_empty() {
         let stored = idempotency::store_many_in_tx(
@@ -250,18 +263,17 @@ async fn straight_item(
     req: &Request,
     to_store: &mut ToStore,
 ) -> anyhow::Result<Result<Outcome, &'static str>> {
-    let prepared = match prepare(caller, req) {
-        Ok(prepared) => prepared,
-        Err(outcome) => return Ok(Ok(outcome)),
-    };
-    let claim = match to_store.claim(&req.key, &prepared.fingerprint) {
+    if let Err(outcome) = check(caller, req) {
+        return Ok(Ok(outcome));
+    }
+    let claim = match to_store.claim(req.key.as_str(), &req.fingerprint) {
         Some(claim) => claim,
         None => {
             idempotency::claim_in_tx(
                 conn,
                 caller.tenant_id,
                 &req.key,
-                &prepared.fingerprint,
+                &req.fingerprint,
                 KEY_LOCK_TIMEOUT,
             )
             .await?
@@ -274,9 +286,9 @@ async fn straight_item(
         // A replay or a reused key: the claim inserted nothing.
         return Ok(Ok(outcome));
     }
-    match run_handler(conn, caller, &req.key, prepared.mutation).await? {
+    match run_handler(conn, caller, &req.key, req.mutation.clone()).await? {
         Step::Keep(outcome) => {
-            to_store.push(&req.key, prepared.fingerprint, &outcome);
+            to_store.push(req.key.as_str(), req.fingerprint.clone(), &outcome);
             Ok(Ok(outcome))
         }
         Step::Discard(_) => Ok(Err("claimed key with an unstored answer")),
@@ -288,21 +300,28 @@ async fn straight_item(
 async fn savepoint_chunk(
     db: &PgPool,
     caller: &Caller,
-    items: &[Request],
+    items: &[Item],
     failed: &mut Failed,
 ) -> anyhow::Result<Vec<PushResult>> {
     let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
     let started = Instant::now();
     let mut answers = Vec::new();
-    for (at, req) in items.iter().enumerate() {
+    for (at, item) in items.iter().enumerate() {
         if chunk_full(at, started) {
             break;
         }
-        let hint = route::order_hint(&req.path, &req.body);
-        if let Some(outcome) = blocked(failed, hint) {
-            answers.push(result(req.key.clone(), &outcome));
-            continue;
-        }
+        let req = match (blocked(failed, item.order), &item.request) {
+            (Some(outcome), _) => {
+                answers.push(result(item.key.clone(), &outcome));
+                continue;
+            }
+            (None, Err(outcome)) => {
+                note(failed, item.order, &item.key, outcome);
+                answers.push(result(item.key.clone(), outcome));
+                continue;
+            }
+            (None, Ok(req)) => req,
+        };
         sqlx::query("savepoint item").execute(&mut *tx).await?;
         let outcome = match execute_in_tx(&mut tx, caller, req).await {
             Ok(Step::Keep(outcome)) => {
@@ -322,7 +341,7 @@ async fn savepoint_chunk(
             // and the desk retries the batch, replaying what committed.
             Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
             Err(e) => {
-                tracing::error!(error = format!("{e:#}"), key = %req.key, "batch item failed");
+                tracing::error!(error = format!("{e:#}"), key = %item.key, "batch item failed");
                 sqlx::query("rollback to savepoint item")
                     .execute(&mut *tx)
                     .await?;
@@ -332,8 +351,8 @@ async fn savepoint_chunk(
                 ))
             }
         };
-        note(failed, hint, &req.key, &outcome);
-        answers.push(result(req.key.clone(), &outcome));
+        note(failed, item.order, &item.key, &outcome);
+        answers.push(result(item.key.clone(), &outcome));
     }
     tx.commit().await?;
     Ok(answers)

@@ -1,5 +1,6 @@
 //! Idempotency keys: claim, replay, store — inside the mutation's transaction.
 
+use holdfast_protocol::key::IdempotencyKey;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -36,7 +37,7 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 pub async fn claim_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
-    key: &str,
+    key: &IdempotencyKey,
     fingerprint: &str,
     lock_timeout: &str,
 ) -> Result<Claim, sqlx::Error> {
@@ -47,7 +48,7 @@ pub async fn claim_in_tx(
          returning set_config('lock_timeout', '0', true)",
     )
     .bind(tenant_id)
-    .bind(key)
+    .bind(key.as_str())
     .bind(fingerprint)
     .bind(lock_timeout)
     .fetch_optional(&mut *conn)
@@ -67,7 +68,7 @@ pub async fn claim_in_tx(
            from idempotency_keys where tenant_id = $1 and key = $2",
     )
     .bind(tenant_id)
-    .bind(key)
+    .bind(key.as_str())
     .fetch_one(&mut *conn)
     .await?;
     Ok(resolve(fingerprint, &stored_fingerprint, status, body))
@@ -94,7 +95,7 @@ pub(crate) fn resolve(
 pub async fn store_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
-    key: &str,
+    key: &IdempotencyKey,
     outcome: &Outcome,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
@@ -102,7 +103,7 @@ pub async fn store_in_tx(
           where tenant_id = $1 and key = $2",
     )
     .bind(tenant_id)
-    .bind(key)
+    .bind(key.as_str())
     .bind(outcome.status as i16)
     .bind(&outcome.body)
     .execute(conn)

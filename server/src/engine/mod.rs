@@ -14,32 +14,33 @@
 //! ones (not_found, validation_failed) alike — is decided before the
 //! handler's first write, so storing a rejection on the key row stores nothing
 //! else, and an unstored one leaves nothing but its claimed key row.
-//! Only unexpected errors (`ApiError::Internal`) may come after a write; they
+//! Only unexpected errors (`Error::Internal`) may come after a write; they
 //! roll back.
 
 mod allocation;
 pub mod batch;
 pub mod idempotency;
 mod orders;
-pub mod route;
 
 use holdfast_protocol::canonical::request_fingerprint;
-use holdfast_protocol::model::Role;
+use holdfast_protocol::json;
+use holdfast_protocol::key::IdempotencyKey;
+use holdfast_protocol::model::{AddLine, ChangeLine, CreateOrder, PatchOrder, PushItem, Role};
+use holdfast_protocol::mutation::Mutation;
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde_json::Value;
 use sqlx::PgConnection;
 
-use crate::error::ApiError;
-use crate::http::Caller;
-pub use route::Mutation;
+use crate::auth::Caller;
+use crate::error::Error;
 
-/// A mutation as it arrives: key, method, path and parsed JSON body.
+/// A mutation as it arrived: its key, the mutation it names, and API.md's
+/// fingerprint of the request as sent (method, path, canonical body).
 #[derive(Debug, Clone)]
 pub struct Request {
-    pub key: String,
-    pub method: String,
-    pub path: String,
-    pub body: Value,
+    pub key: IdempotencyKey,
+    pub mutation: Mutation,
+    pub fingerprint: String,
 }
 
 /// The answer to one mutation, as stored on its key and replayed.
@@ -87,15 +88,15 @@ pub(crate) struct Done {
 }
 
 impl Done {
-    fn ok(body: impl serde::Serialize) -> Result<Self, ApiError> {
+    fn ok(body: impl serde::Serialize) -> Result<Self, Error> {
         Ok(Done {
             status: 200,
-            body: serde_json::to_value(body).map_err(|e| ApiError::Internal(e.into()))?,
+            body: serde_json::to_value(body).map_err(|e| Error::Internal(e.into()))?,
             replayed: false,
         })
     }
 
-    fn created(body: impl serde::Serialize) -> Result<Self, ApiError> {
+    fn created(body: impl serde::Serialize) -> Result<Self, Error> {
         Done::ok(body).map(|d| Done { status: 201, ..d })
     }
 }
@@ -105,45 +106,32 @@ pub(crate) const KEY_LOCK_TIMEOUT: &str = "2s";
 /// What `request_in_flight` tells the caller to wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
-/// A mutation that passed the checks needing no database (key length, role,
-/// route and body): it may claim its key.
-pub(crate) struct Prepared {
-    pub mutation: Mutation,
-    pub fingerprint: String,
+/// A pushed item as the [`Request`] its REST call would make, or the answer
+/// that refuses it (never stored: the key stays free). It is judged as its
+/// REST call is: key, then body (a NUL anywhere), then route and fields.
+pub(crate) fn parse_item(item: &PushItem) -> Result<Request, Outcome> {
+    let refuse = |p: Problem| Outcome::problem(&p);
+    let key =
+        IdempotencyKey::new(item.idempotency_key.as_str()).map_err(|e| refuse(e.to_problem()))?;
+    json::reject_nul(&item.body).map_err(|e| refuse(e.to_problem()))?;
+    let mutation = Mutation::parse(&item.method, &item.path, &item.body)
+        .map_err(|e| refuse(e.to_problem()))?;
+    Ok(Request {
+        key,
+        mutation,
+        fingerprint: request_fingerprint(&item.method, &item.path, &item.body),
+    })
 }
 
-/// The checks that need no database; a failure is the whole answer (never
-/// stored: the key stays free).
-pub(crate) fn prepare(caller: &Caller, req: &Request) -> Result<Prepared, Outcome> {
-    let len = req.key.chars().count();
-    if len == 0 || len > 255 {
-        let p = Problem::new(
-            ProblemCode::IdempotencyKeyInvalid,
-            "Idempotency-Key must be 1–255 characters",
-        );
-        return Err(Outcome::problem(&p));
-    }
-    if req.key.contains('\0') {
-        let p = Problem::new(
-            ProblemCode::IdempotencyKeyInvalid,
-            "Idempotency-Key must not contain the NUL character",
-        );
-        return Err(Outcome::problem(&p));
-    }
-    if let Err(e) = caller.require(Role::AccountManager) {
-        return Err(Outcome::problem(&e.to_problem()));
-    }
-    // Postgres cannot store U+0000 (a pushed item's body was not checked yet).
-    if let Err(e) = crate::http::reject_nul(&req.body) {
-        return Err(Outcome::problem(&e.to_problem()));
-    }
-    let mutation = route::parse(&req.method, &req.path, &req.body)
+/// The checks that need no database and that both transports share: the
+/// caller's role and the mutation's values. A failure is the whole answer.
+fn check(caller: &Caller, req: &Request) -> Result<(), Outcome> {
+    caller
+        .require(Role::AccountManager)
         .map_err(|e| Outcome::problem(&e.to_problem()))?;
-    let fingerprint = request_fingerprint(&req.method, &req.path, &req.body);
-    Ok(Prepared {
-        mutation,
-        fingerprint,
-    })
+    req.mutation
+        .validate()
+        .map_err(|e| Outcome::problem(&Error::from(e).to_problem()))
 }
 
 /// Runs one mutation inside the caller's open transaction.
@@ -152,22 +140,21 @@ pub async fn execute_in_tx(
     caller: &Caller,
     req: &Request,
 ) -> Result<Step, anyhow::Error> {
-    let prepared = match prepare(caller, req) {
-        Ok(prepared) => prepared,
-        Err(outcome) => return Ok(Step::Discard(outcome)),
-    };
+    if let Err(outcome) = check(caller, req) {
+        return Ok(Step::Discard(outcome));
+    }
     let claim = idempotency::claim_in_tx(
         conn,
         caller.tenant_id,
         &req.key,
-        &prepared.fingerprint,
+        &req.fingerprint,
         KEY_LOCK_TIMEOUT,
     )
     .await?;
     if let Some(step) = settle(claim) {
         return Ok(step);
     }
-    run_claimed(conn, caller, &req.key, prepared.mutation).await
+    run_claimed(conn, caller, &req.key, req.mutation.clone()).await
 }
 
 /// The answer for a key this request did not claim; `None` when it did.
@@ -207,7 +194,7 @@ pub(crate) fn settle(claim: idempotency::Claim) -> Option<Step> {
 pub(crate) async fn run_claimed(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     mutation: Mutation,
 ) -> Result<Step, anyhow::Error> {
     let step = run_handler(conn, caller, key, mutation).await?;
@@ -223,7 +210,7 @@ pub(crate) async fn run_claimed(
 pub(crate) async fn run_handler(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     mutation: Mutation,
 ) -> Result<Step, anyhow::Error> {
     match run(conn, caller, key, mutation).await {
@@ -232,7 +219,7 @@ pub(crate) async fn run_handler(
             body: serde_json::to_vec(&done.body)?,
             replayed: done.replayed,
         })),
-        Err(ApiError::Problem(p)) => {
+        Err(Error::Problem(p)) => {
             count_rejection(p.code);
             let outcome = Outcome::problem(&p);
             if p.code.is_stored_outcome() {
@@ -241,34 +228,72 @@ pub(crate) async fn run_handler(
                 Ok(Step::Discard(outcome))
             }
         }
-        Err(ApiError::Internal(e)) => Err(e),
+        Err(Error::Internal(e)) => Err(e),
     }
 }
 
 async fn run(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     mutation: Mutation,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     match mutation {
-        Mutation::CreateOrder(body) => orders::create(conn, caller, body).await,
-        Mutation::PatchOrder { order_id, body } => {
-            orders::patch(conn, caller, order_id, body).await
+        Mutation::CreateOrder {
+            order_id,
+            customer_id,
+            customer_po,
+            ship_window_start,
+            ship_window_end,
+            notes,
+        } => {
+            let header = CreateOrder {
+                id: order_id,
+                customer_id,
+                customer_po,
+                ship_window_start,
+                ship_window_end,
+                notes,
+            };
+            orders::create(conn, caller, header).await
         }
-        Mutation::AddLine { order_id, body } => {
-            orders::add_line(conn, caller, order_id, body).await
+        Mutation::PatchOrder {
+            order_id,
+            base_version,
+            set,
+        } => orders::patch(conn, caller, order_id, PatchOrder { base_version, set }).await,
+        Mutation::AddLine {
+            order_id,
+            line_id,
+            sku_id,
+            qty_ordered,
+            base_version,
+        } => {
+            let line = AddLine {
+                id: line_id,
+                sku_id,
+                qty_ordered,
+                base_version,
+            };
+            orders::add_line(conn, caller, order_id, line).await
         }
         Mutation::ChangeLine {
             order_id,
             line_id,
-            body,
-        } => orders::change_line(conn, caller, order_id, line_id, body).await,
+            qty_ordered,
+            base_version,
+        } => {
+            let change = ChangeLine {
+                base_version,
+                qty_ordered,
+            };
+            orders::change_line(conn, caller, order_id, line_id, change).await
+        }
         Mutation::RemoveLine {
             order_id,
             line_id,
-            body,
-        } => orders::remove_line(conn, caller, key, order_id, line_id, body.base_version).await,
+            base_version,
+        } => orders::remove_line(conn, caller, key, order_id, line_id, base_version).await,
         Mutation::Allocate {
             order_id,
             line_id,
@@ -279,12 +304,14 @@ async fn run(
             line_id,
             qty,
         } => allocation::release(conn, caller, key, order_id, line_id, qty).await,
-        Mutation::Confirm { order_id, body } => {
-            orders::confirm(conn, caller, order_id, body.base_version).await
-        }
-        Mutation::Cancel { order_id, body } => {
-            orders::cancel(conn, caller, key, order_id, body.base_version).await
-        }
+        Mutation::Confirm {
+            order_id,
+            base_version,
+        } => orders::confirm(conn, caller, order_id, base_version).await,
+        Mutation::Cancel {
+            order_id,
+            base_version,
+        } => orders::cancel(conn, caller, key, order_id, base_version).await,
     }
 }
 

@@ -8,18 +8,20 @@
 //! edit holding its order row never waits on a confirm holding the customer.
 
 use chrono::{DateTime, NaiveDate, Utc};
+use holdfast_protocol::event::EventType;
+use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{AddLine, ChangeLine, CreateOrder, Order, OrderStatus, PatchOrder};
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde_json::{json, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::allocation::release_position_in_tx;
+use super::allocation::{release_position_in_tx, LineRef};
 use super::Done;
+use crate::auth::Caller;
 use crate::db::changes::{record_in_tx, DocKind};
 use crate::db::outbox::{enqueue_in_tx, Aggregate};
-use crate::error::ApiError;
-use crate::http::Caller;
+use crate::error::Error;
 
 /// The order row as locked for a decision: the whole header, so a handler
 /// that knows what it changed can answer with the document without reading
@@ -42,7 +44,7 @@ pub(crate) async fn lock_order(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
-) -> Result<Option<Locked>, ApiError> {
+) -> Result<Option<Locked>, Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
         version: i64,
@@ -95,10 +97,10 @@ pub(crate) async fn lock_at_base(
     id: Uuid,
     base_version: i64,
     allowed: &[OrderStatus],
-) -> Result<Locked, ApiError> {
+) -> Result<Locked, Error> {
     let locked = lock_order(conn, tenant_id, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("order"))?;
+        .ok_or_else(|| Error::not_found("order"))?;
     if locked.version != base_version {
         return Err(conflict(conn, tenant_id, id, base_version).await?);
     }
@@ -106,7 +108,7 @@ pub(crate) async fn lock_at_base(
     Ok(locked)
 }
 
-pub(crate) fn require_status(locked: &Locked, allowed: &[OrderStatus]) -> Result<(), ApiError> {
+pub(crate) fn require_status(locked: &Locked, allowed: &[OrderStatus]) -> Result<(), Error> {
     if allowed.contains(&locked.status) {
         return Ok(());
     }
@@ -126,7 +128,7 @@ pub(crate) async fn conflict(
     tenant_id: Uuid,
     id: Uuid,
     your_base: i64,
-) -> Result<ApiError, ApiError> {
+) -> Result<Error, Error> {
     let current = load(conn, tenant_id, id).await?;
     Ok(Problem::new(
         ProblemCode::VersionConflict,
@@ -144,11 +146,11 @@ pub(crate) async fn load(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
-) -> Result<Order, ApiError> {
+) -> Result<Order, Error> {
     crate::db::orders::load(conn, tenant_id, id)
         .await?
         .ok_or_else(|| {
-            ApiError::Internal(anyhow::anyhow!(
+            Error::Internal(anyhow::anyhow!(
                 "order {id} vanished inside its own transaction"
             ))
         })
@@ -163,7 +165,7 @@ pub(crate) async fn bump_in_tx(
     id: Uuid,
     base_version: i64,
     events: i64,
-) -> Result<(i64, i64), ApiError> {
+) -> Result<(i64, i64), Error> {
     let row: Option<(i64, i64)> = sqlx::query_as(
         "update orders set version = version + 1, event_seq = event_seq + $4,
                 updated_at = now(), updated_by = $5
@@ -178,9 +180,8 @@ pub(crate) async fn bump_in_tx(
     .fetch_optional(&mut *conn)
     .await?;
     // We hold the row lock and checked the version: zero rows is a bug.
-    let (version, first_seq) = row.ok_or_else(|| {
-        ApiError::Internal(anyhow::anyhow!("order {id} moved under its own lock"))
-    })?;
+    let (version, first_seq) =
+        row.ok_or_else(|| Error::Internal(anyhow::anyhow!("order {id} moved under its own lock")))?;
     record_in_tx(conn, caller.tenant_id, DocKind::Order, id, version).await?;
     Ok((version, first_seq))
 }
@@ -195,9 +196,9 @@ pub(crate) async fn bump_announce_in_tx(
     caller: &Caller,
     id: Uuid,
     base_version: i64,
-    event_type: &str,
+    event_type: EventType,
     facts: Value,
-) -> Result<i64, ApiError> {
+) -> Result<i64, Error> {
     let facts = match facts {
         Value::Object(_) => facts,
         _ => json!({}),
@@ -227,21 +228,20 @@ pub(crate) async fn bump_announce_in_tx(
     .bind(id)
     .bind(base_version)
     .bind(caller.user_id)
-    .bind(event_type)
+    .bind(event_type.as_str())
     .bind(timestamp)
     .bind(facts)
     .fetch_optional(&mut *conn)
     .await?;
     // We hold the row lock and checked the version: zero rows is a bug.
-    version
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("order {id} moved under its own lock")))
+    version.ok_or_else(|| Error::Internal(anyhow::anyhow!("order {id} moved under its own lock")))
 }
 
 async fn customer_exists(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     Ok(sqlx::query_scalar(
         "select exists (select 1 from customers where tenant_id = $1 and id = $2)",
     )
@@ -255,10 +255,10 @@ pub(crate) async fn create(
     conn: &mut PgConnection,
     caller: &Caller,
     body: CreateOrder,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     if !customer_exists(conn, t, body.customer_id).await? {
-        return Err(ApiError::not_found("customer"));
+        return Err(Error::not_found("customer"));
     }
     let inserted = sqlx::query(
         "insert into orders (tenant_id, id, customer_id, customer_po, ship_window_start, ship_window_end,
@@ -286,7 +286,7 @@ pub(crate) async fn create(
     enqueue_in_tx(
         conn,
         t,
-        "order.created",
+        EventType::OrderCreated,
         Aggregate::Order(body.id),
         1,
         1,
@@ -301,20 +301,20 @@ pub(crate) async fn patch(
     caller: &Caller,
     id: Uuid,
     body: PatchOrder,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     let locked = lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
     let set = body.set;
     if let Some(customer_id) = set.customer_id {
         if !customer_exists(conn, t, customer_id).await? {
-            return Err(ApiError::not_found("customer"));
+            return Err(Error::not_found("customer"));
         }
     }
     let start = set.ship_window_start.unwrap_or(locked.ship_window_start);
     let end = set.ship_window_end.unwrap_or(locked.ship_window_end);
     if let (Some(start), Some(end)) = (start, end) {
         if end < start {
-            return Err(ApiError::validation(
+            return Err(Error::validation(
                 "set.ship_window_end",
                 "would be before ship_window_start",
             ));
@@ -359,7 +359,7 @@ pub(crate) async fn patch(
         caller,
         id,
         body.base_version,
-        "order.updated",
+        EventType::OrderUpdated,
         json!({"changed": changed}),
     )
     .await?;
@@ -371,7 +371,7 @@ pub(crate) async fn add_line(
     caller: &Caller,
     id: Uuid,
     body: AddLine,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
     let sku_exists: bool =
@@ -381,7 +381,7 @@ pub(crate) async fn add_line(
             .fetch_one(&mut *conn)
             .await?;
     if !sku_exists {
-        return Err(ApiError::not_found("SKU"));
+        return Err(Error::not_found("SKU"));
     }
     let inserted = sqlx::query(
         "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered)
@@ -395,13 +395,21 @@ pub(crate) async fn add_line(
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 0 {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "id",
             "a line with this id already exists; mint a new id",
         ));
     }
     let facts = json!({"change": "line_added", "line_id": body.id, "sku_id": body.sku_id, "qty_ordered": body.qty_ordered});
-    bump_announce_in_tx(conn, caller, id, body.base_version, "order.updated", facts).await?;
+    bump_announce_in_tx(
+        conn,
+        caller,
+        id,
+        body.base_version,
+        EventType::OrderUpdated,
+        facts,
+    )
+    .await?;
     Done::created(load(conn, t, id).await?)
 }
 
@@ -411,7 +419,7 @@ pub(crate) async fn line(
     tenant_id: Uuid,
     order_id: Uuid,
     line_id: Uuid,
-) -> Result<(Uuid, i64, i64), ApiError> {
+) -> Result<(Uuid, i64, i64), Error> {
     let row: Option<(Uuid, i64, i64)> = sqlx::query_as(
         "select sku_id, qty_ordered, qty_allocated from order_lines
           where tenant_id = $1 and order_id = $2 and id = $3",
@@ -421,10 +429,10 @@ pub(crate) async fn line(
     .bind(line_id)
     .fetch_optional(conn)
     .await?;
-    row.ok_or_else(|| ApiError::not_found("line on this order"))
+    row.ok_or_else(|| Error::not_found("line on this order"))
 }
 
-pub(crate) fn over_allocation(detail: String, qty_ordered: i64, qty_allocated: i64) -> ApiError {
+pub(crate) fn over_allocation(detail: String, qty_ordered: i64, qty_allocated: i64) -> Error {
     Problem::new(ProblemCode::OverAllocation, detail)
         .with("qty_ordered", qty_ordered)
         .with("qty_allocated", qty_allocated)
@@ -437,7 +445,7 @@ pub(crate) async fn change_line(
     id: Uuid,
     line_id: Uuid,
     body: ChangeLine,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
     let (sku_id, _, qty_allocated) = line(conn, t, id, line_id).await?;
@@ -455,18 +463,26 @@ pub(crate) async fn change_line(
         .execute(&mut *conn)
         .await?;
     let facts = json!({"change": "line_changed", "line_id": line_id, "sku_id": sku_id, "qty_ordered": body.qty_ordered});
-    bump_announce_in_tx(conn, caller, id, body.base_version, "order.updated", facts).await?;
+    bump_announce_in_tx(
+        conn,
+        caller,
+        id,
+        body.base_version,
+        EventType::OrderUpdated,
+        facts,
+    )
+    .await?;
     Done::ok(load(conn, t, id).await?)
 }
 
 pub(crate) async fn remove_line(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     id: Uuid,
     line_id: Uuid,
     base_version: i64,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     lock_at_base(conn, t, id, base_version, &[OrderStatus::Draft]).await?;
     let (sku_id, _, qty_allocated) = line(conn, t, id, line_id).await?;
@@ -474,22 +490,18 @@ pub(crate) async fn remove_line(
     let (version, seq) = bump_in_tx(conn, caller, id, base_version, events).await?;
     let mut seq = seq;
     if qty_allocated > 0 {
-        let ats_after = release_position_in_tx(
-            conn,
-            caller,
-            key,
-            "remove_line",
-            id,
+        let line = LineRef {
+            order_id: id,
             line_id,
             sku_id,
-            qty_allocated,
-        )
-        .await?;
+        };
+        let ats_after =
+            release_position_in_tx(conn, caller, key, "remove_line", line, qty_allocated).await?;
         let facts = json!({"line_id": line_id, "sku_id": sku_id, "qty": qty_allocated, "ats_after": ats_after});
         enqueue_in_tx(
             conn,
             t,
-            "order.line_released",
+            EventType::OrderLineReleased,
             Aggregate::Order(id),
             seq,
             version,
@@ -507,7 +519,7 @@ pub(crate) async fn remove_line(
     enqueue_in_tx(
         conn,
         t,
-        "order.updated",
+        EventType::OrderUpdated,
         Aggregate::Order(id),
         seq,
         version,
@@ -529,7 +541,7 @@ pub(crate) async fn confirm(
     caller: &Caller,
     id: Uuid,
     base_version: i64,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     let customer_id: Option<Uuid> =
         sqlx::query_scalar("select customer_id from orders where tenant_id = $1 and id = $2")
@@ -537,7 +549,7 @@ pub(crate) async fn confirm(
             .bind(id)
             .fetch_optional(&mut *conn)
             .await?;
-    let customer_id = customer_id.ok_or_else(|| ApiError::not_found("order"))?;
+    let customer_id = customer_id.ok_or_else(|| Error::not_found("order"))?;
     let credit_limit: Option<i64> = sqlx::query_scalar(
         "select credit_limit from customers where tenant_id = $1 and id = $2 for no key update",
     )
@@ -569,7 +581,7 @@ pub(crate) async fn confirm(
     .fetch_one(&mut *conn)
     .await?;
     let order_amount = order_amount.ok_or_else(|| {
-        ApiError::validation(
+        Error::validation(
             "lines",
             "the order's total (quantities × wholesale prices) is too large to invoice",
         )
@@ -611,7 +623,15 @@ pub(crate) async fn confirm(
     record_in_tx(conn, t, DocKind::Invoice, invoice_id, 1).await?;
     let facts =
         json!({"invoice_id": invoice_id, "amount": order_amount, "customer_id": customer_id});
-    bump_announce_in_tx(conn, caller, id, base_version, "order.confirmed", facts).await?;
+    bump_announce_in_tx(
+        conn,
+        caller,
+        id,
+        base_version,
+        EventType::OrderConfirmed,
+        facts,
+    )
+    .await?;
     Done::ok(load(conn, t, id).await?)
 }
 
@@ -619,10 +639,10 @@ pub(crate) async fn confirm(
 pub(crate) async fn cancel(
     conn: &mut PgConnection,
     caller: &Caller,
-    key: &str,
+    key: &IdempotencyKey,
     id: Uuid,
     base_version: i64,
-) -> Result<Done, ApiError> {
+) -> Result<Done, Error> {
     let t = caller.tenant_id;
     lock_at_base(
         conn,
@@ -645,8 +665,12 @@ pub(crate) async fn cancel(
     let (version, seq) = bump_in_tx(conn, caller, id, base_version, 1).await?;
     let mut released = Vec::new();
     for (line_id, sku_id, qty) in allocated {
-        let ats_after =
-            release_position_in_tx(conn, caller, key, "cancel", id, line_id, sku_id, qty).await?;
+        let line = LineRef {
+            order_id: id,
+            line_id,
+            sku_id,
+        };
+        let ats_after = release_position_in_tx(conn, caller, key, "cancel", line, qty).await?;
         released.push(
             json!({"line_id": line_id, "sku_id": sku_id, "qty": qty, "ats_after": ats_after}),
         );
@@ -666,7 +690,7 @@ pub(crate) async fn cancel(
     enqueue_in_tx(
         conn,
         t,
-        "order.cancelled",
+        EventType::OrderCancelled,
         Aggregate::Order(id),
         seq,
         version,

@@ -7,16 +7,19 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use holdfast_protocol::event;
 use holdfast_protocol::model::Role;
 use holdfast_protocol::problem::Problem;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{ApiJson, ApiPath, ApiQuery, Caller};
+use super::{ApiJson, ApiPath, ApiQuery};
+use crate::auth::Caller;
 use crate::db::begin_for_tenant;
 use crate::db::deliveries::{self, Delivery, DeliveryState, Stats};
 use crate::db::partners::{self, Partner};
-use crate::error::{ApiError, ApiResult};
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::relay::egress;
 use crate::AppState;
 
@@ -46,7 +49,7 @@ pub async fn create_inbound_secret(
 ) -> ApiResult<Json<SecretResponse>> {
     caller.require(Role::Operator)?;
     if !matches!(req.provider.as_str(), "warehouse" | "payments") {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "provider",
             "must be `warehouse` or `payments`",
         ));
@@ -99,33 +102,24 @@ pub struct PatchPartner {
     event_types: Option<Vec<String>>,
 }
 
-fn check_event_types(types: &[String]) -> Result<(), ApiError> {
+fn check_event_types(types: &[String]) -> Result<(), Error> {
     if types.is_empty() {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "event_types",
             "subscribe to at least one type or pattern",
         ));
     }
     for t in types {
-        let ok = !t.is_empty()
-            && t.len() <= 100
-            && t.chars()
-                .all(|c| c.is_ascii_lowercase() || c == '.' || c == '_' || c == '*');
-        if !ok {
-            return Err(ApiError::validation(
-                "event_types",
-                format!("{t:?} is not an event type or pattern"),
-            ));
-        }
+        event::check_pattern(t).map_err(|e| Error::validation("event_types", e.to_string()))?;
     }
     Ok(())
 }
 
-async fn check_url(state: &AppState, url: &str) -> Result<(), ApiError> {
+async fn check_url(state: &AppState, url: &str) -> Result<(), Error> {
     egress::check_url(url, state.allow_private_targets)
         .await
         .map(|_| ())
-        .map_err(|e| ApiError::validation("url", e.to_string()))
+        .map_err(|e| Error::validation("url", e.to_string()))
 }
 
 #[utoipa::path(post, path = "/v1/admin/partners", request_body = CreatePartner, security(("bearer" = [])),
@@ -137,7 +131,7 @@ pub async fn create_partner(
 ) -> ApiResult<(StatusCode, Json<CreatedPartner>)> {
     caller.require(Role::Operator)?;
     if req.name.trim().is_empty() || req.name.chars().count() > 200 {
-        return Err(ApiError::validation("name", "must be 1–200 characters"));
+        return Err(Error::validation("name", "must be 1–200 characters"));
     }
     check_event_types(&req.event_types)?;
     check_url(&state, &req.url).await?;
@@ -210,9 +204,7 @@ pub async fn patch_partner(
     )
     .await?;
     tx.commit().await?;
-    partner
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("partner"))
+    partner.map(Json).ok_or_else(|| Error::not_found("partner"))
 }
 
 /// How long the old secret keeps signing after a rotation.
@@ -239,7 +231,7 @@ pub async fn rotate_secret(
     .await?;
     tx.commit().await?;
     if !rotated {
-        return Err(ApiError::not_found("partner"));
+        return Err(Error::not_found("partner"));
     }
     tracing::info!(partner = %id, "partner secret rotated; the old one signs too for {ROTATION_GRACE_HOURS} h");
     Ok(Json(SecretResponse { secret }))
@@ -296,7 +288,7 @@ pub async fn requeue(
     let requeued = deliveries::requeue(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     if !requeued {
-        return Err(ApiError::not_found("pending or dead delivery"));
+        return Err(Error::not_found("pending or dead delivery"));
     }
     tracing::info!(delivery = id, "delivery requeued by an operator");
     Ok(Json(Requeued {

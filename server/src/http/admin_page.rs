@@ -37,9 +37,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::auth::Caller;
 use crate::db::deliveries::{self, Delivery, DeliveryState, PartnerStats};
 use crate::db::{begin_for_tenant, partners, sessions};
-use crate::http::Caller;
 use crate::AppState;
 
 /// The session cookie: the device token itself.
@@ -174,7 +174,7 @@ pub async fn login(
     )
     .await
     {
-        Err(crate::error::ApiError::Problem(p))
+        Err(crate::error::Error::Problem(p))
             if p.code == holdfast_protocol::problem::ProblemCode::RateLimited =>
         {
             return Ok(login_page(

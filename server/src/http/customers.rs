@@ -5,8 +5,8 @@ use axum::Json;
 use holdfast_protocol::model::CustomerList;
 use holdfast_protocol::problem::Problem;
 
-use super::Caller;
-use crate::error::ApiResult;
+use crate::auth::Caller;
+use crate::http::ApiResult;
 use crate::AppState;
 
 #[utoipa::path(get, path = "/v1/customers", security(("bearer" = [])),

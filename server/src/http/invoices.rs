@@ -6,8 +6,10 @@ use holdfast_protocol::model::Invoice;
 use holdfast_protocol::problem::Problem;
 use uuid::Uuid;
 
-use super::{ApiPath, Caller};
-use crate::error::{ApiError, ApiResult};
+use super::ApiPath;
+use crate::auth::Caller;
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::AppState;
 
 #[utoipa::path(get, path = "/v1/invoices/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
@@ -20,7 +22,5 @@ pub async fn get_one(
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let invoice = crate::db::invoices::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
-    invoice
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("invoice"))
+    invoice.map(Json).ok_or_else(|| Error::not_found("invoice"))
 }

@@ -5,6 +5,7 @@ pub(crate) mod admin;
 pub(crate) mod admin_page;
 mod cursor;
 pub(crate) mod customers;
+mod error;
 mod extract;
 pub(crate) mod invoices;
 pub(crate) mod mutations;
@@ -15,7 +16,7 @@ pub(crate) mod skus;
 pub(crate) mod sync;
 pub(crate) mod webhooks;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
@@ -26,10 +27,11 @@ use holdfast_protocol::problem::ProblemCode;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::AppState;
 
-pub use extract::{parse_json, reject_nul, ApiJson, ApiPath, ApiQuery, Caller, ClientAddr};
+pub use error::ApiResult;
+pub use extract::{parse_json, ApiJson, ApiPath, ApiQuery, ClientAddr};
 
 /// API.md: request bodies over 1 MiB answer 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -121,12 +123,12 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn not_found() -> ApiError {
-    ApiError::problem(ProblemCode::NotFound, "no such route")
+async fn not_found() -> Error {
+    Error::problem(ProblemCode::NotFound, "no such route")
 }
 
-async fn method_not_allowed() -> ApiError {
-    ApiError::problem(
+async fn method_not_allowed() -> Error {
+    Error::problem(
         ProblemCode::MethodNotAllowed,
         "this route does not take that method",
     )
@@ -151,7 +153,3 @@ async fn record_metrics(req: Request, next: Next) -> Response {
     );
     response
 }
-
-/// How long a handler may wait for a lock held by someone else before we
-/// answer rather than queue (used by the mutation engine).
-pub const LOCK_WAIT: Duration = Duration::from_secs(2);

@@ -1,63 +1,101 @@
 //! The mutation routes and batch push: thin transport over the engine.
 //!
-//! Each REST route extracts the same four things (caller, key, path, JSON
-//! body) and hands them to [`execute`]; the per-route functions exist so the
-//! OpenAPI document can describe each body.
+//! Each REST route extracts its caller, its path's ids and a [`Sent`] body,
+//! builds the [`Mutation`] they name and hands it to the engine in one
+//! transaction; batch push hands each item to the engine to parse. The
+//! per-route functions exist so the OpenAPI document can describe each body.
 
 use axum::body::Bytes;
-use axum::extract::{OriginalUri, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::{FromRequest, OriginalUri, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use holdfast_protocol::canonical::request_fingerprint;
+use holdfast_protocol::json;
+use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{
     AddLine, AllocationResult, BaseVersion, ChangeLine, CreateOrder, Order, PatchOrder,
     PushRequest, PushResponse, Quantity,
 };
+use holdfast_protocol::mutation::Mutation;
 use holdfast_protocol::problem::{Problem, ProblemCode, PROBLEM_CONTENT_TYPE};
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
 
-use super::extract::{parse_json, parse_json_keeping_nul, require_json_content_type, ApiBytes};
-use super::Caller;
+use super::extract::{
+    body_rejection, parse_json, parse_json_keeping_nul, require_json_content_type, ApiBytes,
+};
+use super::{ApiPath, ApiResult};
+use crate::auth::Caller;
 use crate::engine::{self, batch, Outcome, Request, Step};
-use crate::error::{ApiError, ApiResult};
+use crate::error::Error;
 use crate::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const REPLAYED: &str = "idempotent-replayed";
 
-/// One REST mutation: cheap checks first (they never burn a key), then one
-/// transaction through the engine.
-async fn execute(
-    state: AppState,
-    caller: Caller,
-    method: Method,
-    uri: OriginalUri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> ApiResult<Response> {
-    let key = headers
-        .get(IDEMPOTENCY_KEY)
-        .ok_or_else(|| {
-            ApiError::problem(
-                ProblemCode::IdempotencyKeyMissing,
-                "mutations need an Idempotency-Key header",
-            )
-        })?
-        .to_str()
-        .map_err(|_| {
-            ApiError::problem(
-                ProblemCode::IdempotencyKeyInvalid,
-                "Idempotency-Key must be visible ASCII",
-            )
-        })?
-        .to_owned();
-    require_json_content_type(&headers)?;
-    let body: serde_json::Value = parse_json(&body)?;
-    let req = Request {
-        key,
-        method: method.to_string(),
-        path: uri.0.path().to_owned(),
-        body,
-    };
+/// A REST mutation's body as sent: its key (checked here, once), its typed
+/// body and API.md's fingerprint of the request. The cheap checks run in the
+/// order API.md's table lists them, and none of them burns a key.
+pub struct Sent<B> {
+    key: IdempotencyKey,
+    body: B,
+    fingerprint: String,
+}
+
+impl<B> Sent<B> {
+    fn into_request(self, mutation: impl FnOnce(B) -> Mutation) -> Request {
+        Request {
+            key: self.key,
+            mutation: mutation(self.body),
+            fingerprint: self.fingerprint,
+        }
+    }
+}
+
+impl<S: Send + Sync, B: DeserializeOwned> FromRequest<S> for Sent<B> {
+    type Rejection = Error;
+
+    async fn from_request(req: HttpRequest, state: &S) -> Result<Self, Self::Rejection> {
+        let method = req.method().to_string();
+        let path = match req.extensions().get::<OriginalUri>() {
+            Some(OriginalUri(uri)) => uri.path().to_owned(),
+            None => req.uri().path().to_owned(),
+        };
+        let key = req
+            .headers()
+            .get(IDEMPOTENCY_KEY)
+            .ok_or_else(|| {
+                Error::problem(
+                    ProblemCode::IdempotencyKeyMissing,
+                    "mutations need an Idempotency-Key header",
+                )
+            })?
+            .to_str()
+            .map_err(|_| {
+                Error::problem(
+                    ProblemCode::IdempotencyKeyInvalid,
+                    "Idempotency-Key must be visible ASCII",
+                )
+            })?
+            .to_owned();
+        require_json_content_type(req.headers())?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        let value: serde_json::Value = parse_json(&bytes)?;
+        let key = IdempotencyKey::new(key).map_err(|e| Error::from(e.to_problem()))?;
+        let body = json::typed(&value)?;
+        Ok(Sent {
+            key,
+            body,
+            fingerprint: request_fingerprint(&method, &path, &value),
+        })
+    }
+}
+
+/// One REST mutation in one transaction through the engine.
+async fn execute(state: AppState, caller: Caller, req: Request) -> ApiResult<Response> {
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let outcome = match engine::execute_in_tx(&mut tx, &caller, &req).await? {
         Step::Keep(outcome) => {
@@ -99,9 +137,11 @@ fn is_in_flight(outcome: &Outcome) -> bool {
         .is_ok_and(|p| p.code == ProblemCode::RequestInFlight)
 }
 
+/// A mutation route: its OpenAPI description, and a handler that builds the
+/// route's [`Mutation`] from the path's ids and the typed body.
 macro_rules! mutation_route {
-    ($name:ident, $method:ident, $path:literal, $body:ty, $status:literal, $resp:ty $(, $param:literal)*) => {
-        #[utoipa::path($method, path = $path, request_body = $body, security(("bearer" = [])),
+    (@doc $method:ident, $path:literal, $body_ty:ty, $status:literal, $resp:ty, [$($param:literal),*], $handler:item) => {
+        #[utoipa::path($method, path = $path, request_body = $body_ty, security(("bearer" = [])),
             params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
                     description = "one key per intention, 1–255 characters"),
                    $(($param = Uuid, Path)),*),
@@ -113,96 +153,70 @@ macro_rules! mutation_route {
                        headers(("Retry-After" = u64, description = "seconds; only with `request_in_flight`"))),
                       (status = 413, body = Problem), (status = 415, body = Problem),
                       (status = 422, body = Problem, description = "`idempotency_key_reused`, `insufficient_ats`, `over_allocation`, `invalid_state` or `credit_limit_exceeded`")))]
-        pub async fn $name(
-            State(state): State<AppState>,
-            caller: Caller,
-            method: Method,
-            uri: OriginalUri,
-            headers: HeaderMap,
-            ApiBytes(body): ApiBytes,
-        ) -> ApiResult<Response> {
-            execute(state, caller, method, uri, headers, body).await
-        }
+        $handler
+    };
+    // A route whose path names the order (and line): `ids` binds them.
+    ($name:ident, $method:ident, $path:literal, $body_ty:ty, $status:literal, $resp:ty,
+     $ids:tt: $ids_ty:ty, $body:pat => $build:expr, [$($param:literal),*]) => {
+        mutation_route!(@doc $method, $path, $body_ty, $status, $resp, [$($param),*],
+            pub async fn $name(
+                State(state): State<AppState>,
+                caller: Caller,
+                ApiPath($ids): ApiPath<$ids_ty>,
+                sent: Sent<$body_ty>,
+            ) -> ApiResult<Response> {
+                let req = sent.into_request(|$body: $body_ty| $build);
+                execute(state, caller, req).await
+            });
     };
 }
 
-mutation_route!(create_order, post, "/v1/orders", CreateOrder, 201, Order);
-mutation_route!(
-    patch_order,
-    patch,
-    "/v1/orders/{id}",
-    PatchOrder,
-    200,
-    Order,
-    "id"
-);
-mutation_route!(
-    add_line,
-    post,
-    "/v1/orders/{id}/lines",
-    AddLine,
-    201,
-    Order,
-    "id"
-);
-mutation_route!(
-    change_line,
-    patch,
-    "/v1/orders/{id}/lines/{line_id}",
-    ChangeLine,
-    200,
-    Order,
-    "id",
-    "line_id"
-);
-mutation_route!(
-    remove_line,
-    post,
-    "/v1/orders/{id}/lines/{line_id}/remove",
-    BaseVersion,
-    200,
-    Order,
-    "id",
-    "line_id"
-);
-mutation_route!(
-    allocate,
-    post,
-    "/v1/orders/{id}/lines/{line_id}/allocate",
-    Quantity,
-    200,
-    AllocationResult,
-    "id",
-    "line_id"
-);
-mutation_route!(
-    release,
-    post,
-    "/v1/orders/{id}/lines/{line_id}/release",
-    Quantity,
-    200,
-    AllocationResult,
-    "id",
-    "line_id"
-);
-mutation_route!(
-    confirm,
-    post,
-    "/v1/orders/{id}/confirm",
-    BaseVersion,
-    200,
-    Order,
-    "id"
-);
-mutation_route!(
-    cancel,
-    post,
-    "/v1/orders/{id}/cancel",
-    BaseVersion,
-    200,
-    Order,
-    "id"
-);
+mutation_route!(@doc post, "/v1/orders", CreateOrder, 201, Order, [],
+pub async fn create_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    sent: Sent<CreateOrder>,
+) -> ApiResult<Response> {
+    let req = sent.into_request(|b| Mutation::CreateOrder {
+        order_id: b.id,
+        customer_id: b.customer_id,
+        customer_po: b.customer_po,
+        ship_window_start: b.ship_window_start,
+        ship_window_end: b.ship_window_end,
+        notes: b.notes,
+    });
+    execute(state, caller, req).await
+});
+mutation_route!(patch_order, patch, "/v1/orders/{id}", PatchOrder, 200, Order,
+    order_id: Uuid, PatchOrder { base_version, set } =>
+        Mutation::PatchOrder { order_id, base_version, set },
+    ["id"]);
+mutation_route!(add_line, post, "/v1/orders/{id}/lines", AddLine, 201, Order,
+    order_id: Uuid, AddLine { id, sku_id, qty_ordered, base_version } =>
+        Mutation::AddLine { order_id, line_id: id, sku_id, qty_ordered, base_version },
+    ["id"]);
+mutation_route!(change_line, patch, "/v1/orders/{id}/lines/{line_id}", ChangeLine, 200, Order,
+    (order_id, line_id): (Uuid, Uuid), ChangeLine { base_version, qty_ordered } =>
+        Mutation::ChangeLine { order_id, line_id, qty_ordered, base_version },
+    ["id", "line_id"]);
+mutation_route!(remove_line, post, "/v1/orders/{id}/lines/{line_id}/remove", BaseVersion, 200, Order,
+    (order_id, line_id): (Uuid, Uuid), BaseVersion { base_version } =>
+        Mutation::RemoveLine { order_id, line_id, base_version },
+    ["id", "line_id"]);
+mutation_route!(allocate, post, "/v1/orders/{id}/lines/{line_id}/allocate", Quantity, 200, AllocationResult,
+    (order_id, line_id): (Uuid, Uuid), Quantity { qty } =>
+        Mutation::Allocate { order_id, line_id, qty },
+    ["id", "line_id"]);
+mutation_route!(release, post, "/v1/orders/{id}/lines/{line_id}/release", Quantity, 200, AllocationResult,
+    (order_id, line_id): (Uuid, Uuid), Quantity { qty } =>
+        Mutation::Release { order_id, line_id, qty },
+    ["id", "line_id"]);
+mutation_route!(confirm, post, "/v1/orders/{id}/confirm", BaseVersion, 200, Order,
+    order_id: Uuid, BaseVersion { base_version } => Mutation::Confirm { order_id, base_version },
+    ["id"]);
+mutation_route!(cancel, post, "/v1/orders/{id}/cancel", BaseVersion, 200, Order,
+    order_id: Uuid, BaseVersion { base_version } => Mutation::Cancel { order_id, base_version },
+    ["id"]);
 
 /// The desktop's transport: up to 500 mutations, one result each, in order.
 #[utoipa::path(post, path = "/v1/sync/push", request_body = PushRequest, security(("bearer" = [])),
@@ -214,11 +228,11 @@ pub async fn push(
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<Json<PushResponse>> {
     require_json_content_type(&headers)?;
-    // Items are judged one by one (engine::prepare): a NUL in one item is
+    // Items are judged one by one (engine::parse_item): a NUL in one item is
     // that item's 400, not the whole batch's.
     let req: PushRequest = parse_json_keeping_nul(&body)?;
     if req.mutations.is_empty() || req.mutations.len() > batch::MAX_ITEMS {
-        return Err(ApiError::validation(
+        return Err(Error::validation(
             "mutations",
             format!("must hold 1–{} items", batch::MAX_ITEMS),
         ));

@@ -8,8 +8,10 @@ use holdfast_protocol::problem::Problem;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{cursor, ApiPath, ApiQuery, Caller};
-use crate::error::{ApiError, ApiResult};
+use super::{cursor, ApiPath, ApiQuery};
+use crate::auth::Caller;
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -63,5 +65,5 @@ pub async fn get_one(
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let order = crate::db::orders::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
-    order.map(Json).ok_or_else(|| ApiError::not_found("order"))
+    order.map(Json).ok_or_else(|| Error::not_found("order"))
 }

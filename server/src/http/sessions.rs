@@ -9,8 +9,10 @@ use holdfast_protocol::problem::Problem;
 use holdfast_protocol::model::{SessionTenant, SessionUser};
 use holdfast_protocol::problem::ProblemCode;
 
-use super::{ApiJson, Caller, ClientAddr};
-use crate::error::{ApiError, ApiResult};
+use super::{ApiJson, ClientAddr};
+use crate::auth::Caller;
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::AppState;
 
 #[utoipa::path(post, path = "/v1/sessions", request_body = LoginRequest,
@@ -24,10 +26,7 @@ pub async fn login(
     ApiJson(req): ApiJson<LoginRequest>,
 ) -> ApiResult<(StatusCode, Json<LoginResponse>)> {
     if req.device_name.trim().is_empty() || req.device_name.chars().count() > 200 {
-        return Err(ApiError::validation(
-            "device_name",
-            "must be 1–200 characters",
-        ));
+        return Err(Error::validation("device_name", "must be 1–200 characters"));
     }
     let outcome = sign_in(
         &state,
@@ -51,7 +50,7 @@ pub async fn login(
             ))
         }
         // One answer for unknown tenant, unknown user and wrong password.
-        None => Err(ApiError::problem(
+        None => Err(Error::problem(
             holdfast_protocol::problem::ProblemCode::Unauthorized,
             "wrong tenant, email or password",
         )),

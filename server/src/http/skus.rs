@@ -7,9 +7,11 @@ use holdfast_protocol::problem::Problem;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{cursor, ApiPath, ApiQuery, Caller};
+use super::{cursor, ApiPath, ApiQuery};
+use crate::auth::Caller;
 use crate::db::skus::SkuKey;
-use crate::error::{ApiError, ApiResult};
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -70,5 +72,5 @@ pub async fn get_one(
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let sku = crate::db::skus::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
-    sku.map(Json).ok_or_else(|| ApiError::not_found("SKU"))
+    sku.map(Json).ok_or_else(|| Error::not_found("SKU"))
 }

@@ -13,9 +13,11 @@ use holdfast_protocol::model::PullResponse;
 use holdfast_protocol::problem::Problem;
 use serde::Deserialize;
 
-use super::{cursor, ApiQuery, Caller};
-use crate::error::{ApiError, ApiResult};
+use super::{cursor, ApiQuery};
+use crate::auth::Caller;
+use crate::error::Error;
 use crate::feed::{self, Position};
+use crate::http::ApiResult;
 use crate::AppState;
 
 /// API.md: `limit ≤ 1000`.
@@ -54,7 +56,7 @@ pub async fn pull(
         .transpose()?;
     let page = feed::pull::pull(&state.db, caller.tenant_id, from, limit as usize)
         .await
-        .map_err(|e| ApiError::Internal(e.into()))?;
+        .map_err(|e| Error::Internal(e.into()))?;
     Ok(Json(PullResponse {
         changes: page.changes,
         cursor: cursor::encode(&page.next),

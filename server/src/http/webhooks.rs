@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::extract::{parse_json, require_json_content_type, ApiBytes};
 use super::ApiPath;
-use crate::error::{ApiError, ApiResult};
+use crate::error::Error;
+use crate::http::ApiResult;
 use crate::inbox::{self, Handled, Provider};
 use crate::AppState;
 
@@ -20,9 +21,9 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-fn bad_signature() -> ApiError {
+fn bad_signature() -> Error {
     // One answer for every verification failure: no oracle for forgers.
-    ApiError::problem(
+    Error::problem(
         ProblemCode::Unauthorized,
         "missing or invalid webhook signature or timestamp",
     )
@@ -69,12 +70,12 @@ pub async fn receive(
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<Json<WebhookAck>> {
     let provider =
-        Provider::parse(&provider).ok_or_else(|| ApiError::not_found("webhook provider"))?;
+        Provider::parse(&provider).ok_or_else(|| Error::not_found("webhook provider"))?;
     let (tenant_id, secret) = inbox::secret_for(&state.db, &tenant, provider)
         .await?
         .ok_or_else(bad_signature)?;
     let key = webhook::parse_secret(&secret)
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored inbound secret: {e}")))?;
+        .map_err(|e| Error::Internal(anyhow::anyhow!("stored inbound secret: {e}")))?;
     let event_id = header(&headers, "webhook-id");
     if event_id.is_empty() || event_id.len() > 255 {
         return Err(bad_signature());

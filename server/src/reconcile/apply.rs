@@ -6,15 +6,13 @@
 //! checkpoint: a killed apply resumes at the first undecided SKU and a SKU is
 //! never booked twice.
 
-use serde_json::json;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::import::Run;
 use super::progress::Progress;
 use super::{Hold, TestHold};
-use crate::db::changes::{record_in_tx, DocKind};
-use crate::db::outbox::{enqueue_in_tx, Aggregate};
+use crate::db::outbox::announce_ats_in_tx;
 
 /// SKUs fetched per round of the apply loop.
 const BATCH: i64 = 200;
@@ -251,16 +249,6 @@ async fn book_in_tx(
     .bind(format!("reconcile:{}", run.id))
     .execute(&mut *conn)
     .await?;
-    record_in_tx(conn, t, DocKind::Sku, sku_id, version).await?;
-    enqueue_in_tx(
-        conn,
-        t,
-        "sku.ats_changed",
-        Aggregate::Sku(sku_id),
-        seq,
-        version,
-        json!({"ats": ats_after}),
-    )
-    .await?;
+    announce_ats_in_tx(conn, t, sku_id, ats_after, version, seq).await?;
     Ok(())
 }
