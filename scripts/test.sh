@@ -12,6 +12,12 @@ echo "== fmt"
 cargo fmt --all --check
 echo "== clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+# The e2e crate is its own workspace: lint it in the build dir scripts/e2e.sh
+# uses, so it is not compiled twice.
+echo "== fmt + clippy (e2e)"
+e2e_target="${CARGO_TARGET_DIR:-$PWD/target}"
+case "$e2e_target" in /*) ;; *) e2e_target="$PWD/$e2e_target" ;; esac
+(cd e2e && cargo fmt --check && CARGO_TARGET_DIR="$e2e_target/e2e-build" cargo clippy --locked --all-targets -- -D warnings)
 echo "== build"
 cargo build --locked --workspace --all-targets
 

@@ -1,0 +1,87 @@
+//! `GET /admin`: the operator's page, server-rendered HTML over the same data
+//! as the JSON admin routes (backlog, oldest pending age, dead letters,
+//! per-partner health) with requeue buttons. No JavaScript at all.
+//!
+//! Sign-in is a form (tenant, email, password) that mints an ordinary device
+//! token through `db::sessions::login` and keeps it in a cookie scoped to
+//! `/admin` (`HttpOnly; SameSite=Strict`, `Secure` when the request came
+//! through an https proxy that says so with `X-Forwarded-Proto`; serving the
+//! page over plain http beyond localhost is the operator's risk to avoid).
+//!
+//! CSRF: every POST carries a token in a hidden field. Signed in, it is
+//! derived from the session token (SHA-256 with a domain label), so it needs
+//! no server-side state or key shared between servers, and only someone who
+//! can read the page (or the cookie) can know it. The sign-in form, before a
+//! session exists, uses a random double-submit cookie instead, so another
+//! site cannot sign a browser into an account of its choosing.
+//! SameSite=Strict stops the cookies riding on cross-site requests anyway.
+//!
+//! The parts: [`handlers`] answers the routes, [`session`] keeps the cookie
+//! session and its CSRF tokens, [`html`] renders the pages.
+
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+mod handlers;
+mod html;
+mod session;
+
+pub(crate) use handlers::{login, login_form, logout, page, requeue};
+
+/// A failure while rendering, logged once here: the database being
+/// unavailable is a 503 page with `Retry-After` (as the API answers it),
+/// anything else a bare 500 page.
+pub struct PageError(anyhow::Error);
+
+impl<E: Into<anyhow::Error>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        if let Some(cause) = crate::error::unavailable_cause(&self.0) {
+            tracing::warn!(error = %cause, "admin page: the database is unavailable");
+            let mut page = html::message_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The database is unavailable",
+                "Holdfast cannot reach its database right now; try again in a moment.",
+            );
+            page.headers_mut().insert(
+                RETRY_AFTER,
+                HeaderValue::from(crate::error::UNAVAILABLE_RETRY_AFTER_SECS),
+            );
+            return page;
+        }
+        tracing::error!(error = format!("{:#}", self.0), "admin page failed");
+        html::message_page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Something went wrong",
+            "The page could not be built; the error has been logged. Try again in a moment.",
+        )
+    }
+}
+
+type PageResult = Result<Response, PageError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_a_503_page_and_a_bug_a_500() {
+        let outage = PageError::from(sqlx::Error::PoolTimedOut).into_response();
+        assert_eq!(outage.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            outage.headers().get(RETRY_AFTER),
+            Some(&HeaderValue::from(
+                crate::error::UNAVAILABLE_RETRY_AFTER_SECS
+            ))
+        );
+        let bug = PageError::from(anyhow::anyhow!("a bug")).into_response();
+        assert_eq!(bug.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(bug.headers().get(RETRY_AFTER).is_none());
+    }
+}
