@@ -3,10 +3,10 @@
 //! engine runs (server/src/engine/{idempotency,allocation}.rs), in these
 //! shapes:
 //!
-//! * [`Shape::OneCommit`], the raw baseline: claim the key, the
+//! * [`Shape::OneCommit`], the raw baseline: claim the key, the
 //!   conditional update, ledger, outbox, feed row, store the response, one
 //!   commit.
-//! * [`Shape::ThreeCommits`], the seed's idempotency shape: claim the key and
+//! * [`Shape::ThreeCommits`], the textbook idempotency shape (three commits): claim the key and
 //!   commit; do the work and commit; store the response and commit.
 //! * [`Shape::EngineSequence`], a diagnostic: every statement the engine runs
 //!   for one allocation (auth lookup, `lock_timeout` twice, order lock,

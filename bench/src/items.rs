@@ -1,4 +1,4 @@
-//! The items of issue 9, in the order they run (1–3, 5, 4, 7, 6: the relay
+//! The benchmark items, in the order they run (1–3, 5, 4, 7, 6: the relay
 //! goes last because registering its partner changes what later commits do),
 //! each turning its measurements into rows of the table. Item 6 lives in
 //! `items/relay_item.rs`.

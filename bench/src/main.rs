@@ -1,4 +1,4 @@
-//! `holdfast-bench`: issue 9's benchmark harness. Starts Holdfast's server in
+//! `holdfast-bench`: Holdfast's benchmark harness. Starts Holdfast's server in
 //! this process against a fresh database in the given Postgres, drives it and
 //! a raw-SQL (or bare-HTTP) baseline with the same Rust client at the same
 //! concurrency, interleaved, and prints one table of ratios. `make bench`
@@ -37,7 +37,7 @@ use crate::setup::BenchDb;
     about = "Measures Holdfast against baselines run in the same process, on the same Postgres, \
              at the same concurrency, and prints a table of ratios.",
     long_about = "Measures Holdfast against baselines run in the same process, on the same \
-        Postgres, at the same concurrency, and prints a table of ratios (issue 9, items 1-9).\n\n\
+        Postgres, at the same concurrency, and prints a table of ratios (items 1-9 of docs/BENCHMARKS.md).\n\n\
         It creates a database holdfast_bench_<pid> in the cluster DATABASE_URL points at \
         (dropped afterwards), starts the server library on 127.0.0.1:0 on its own runtime, \
         and for each item alternates Holdfast and its baseline in rounds, so a burst of \

@@ -266,7 +266,7 @@ pub fn write_doc(path: &Path, generated: &str) -> anyhow::Result<()> {
     let fresh = || {
         format!(
             "# Benchmarks\n\nHow close Holdfast comes to what Postgres itself can do, measured \
-             side by side in one run (issue 9). `make bench` writes the section below; \
+             side by side in one run. `make bench` writes the section below; \
              `make bench QUICK=1` prints a shorter run without touching this file.\n\n\
              {BEGIN}\n{generated}\n{END}\n"
         )

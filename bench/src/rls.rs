@@ -1,10 +1,10 @@
-//! What the second tenancy wall costs (issue 8, item 5): the raw one-commit
+//! What the second tenancy wall (row-level security) costs: the raw one-commit
 //! allocation of items 1–3 with and without the binding every request
 //! transaction now carries (`holdfast_server::db::begin_for_tenant`: one
 //! more round trip that switches to the `holdfast_tenant` role and names the
 //! tenant, so Postgres row-level security filters and checks every
 //! statement). Unbound, the bench's connection is the cluster's superuser, to
-//! which no policy applies, exactly as before the wall.
+//! which no policy applies: the cost of the same work without the wall.
 //!
 //! A third, diagnostic variant binds inside the `BEGIN` itself (one simple
 //! query, no extra round trip), to split the cost between the round trip and

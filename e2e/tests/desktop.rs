@@ -1,6 +1,7 @@
 //! The real desktop app, built, under Xvfb, driven over WebDriver against a
-//! real `holdfast-server` on its embedded Postgres: the Must-show walk of
-//! issue 7, one screenshot per screen in target/e2e-artifacts/.
+//! real `holdfast-server` on its embedded Postgres: an account manager's
+//! walk through every screen, one screenshot per screen in
+//! target/e2e-artifacts/.
 //!
 //! `#[ignore]`d: it needs a display, tauri-driver and the built binaries;
 //! scripts/e2e.sh runs it with `--ignored` inside `xvfb-run -a`.

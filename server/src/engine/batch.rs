@@ -47,14 +47,14 @@
 //!   job (the request role may not delete keys);
 //! * any unexpected error (a lock timeout elsewhere, a deadlock, a bug, or
 //!   storing the answers not finding every claimed row) — the fallback
-//!   answers that item 500 and runs the others, as before.
+//!   answers that item 500 and runs the others.
 //!
 //! The redo starts from the state before the chunk: no result of the
 //! abandoned attempt is reported and the map of failed orders is restored,
 //! so the order of items and the per-order `blocked_by_earlier` rule are
 //! exactly those of one pass with savepoints. (Counters such as replays or
 //! rejections may count an item of an abandoned attempt twice.) The database
-//! being unavailable is not retried: the push answers 503, as before.
+//! being unavailable is not retried: the push answers 503.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! [`execute_in_tx`] — claim the idempotency key, run the handler, store the
 //! answer, all in the caller's one transaction.
 //!
-//! Why one transaction instead of the seed's three (claim, work, finish): a
+//! Why one transaction instead of three (claim, work, finish): a
 //! crash rolls the key back with the work, so there is never a stale
 //! "in progress" key to steal or wait out, and a concurrent duplicate simply
 //! blocks on the key's unique index until the first commits, then replays.
