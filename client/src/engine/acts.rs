@@ -1,0 +1,277 @@
+//! Queuing acts: the base-version rule of the [`engine`](super) module docs
+//! in code. Each act is checked against the optimistic view, gets the base
+//! its place in the queue implies and a fresh idempotency key, and lands in
+//! the store at once; [`rechain`] re-chains bases after a user's decision.
+
+use chrono::NaiveDate;
+use holdfast_protocol::model::{Order, OrderHeaderSet, OrderStatus};
+use rusqlite::Transaction;
+use uuid::Uuid;
+
+use super::{new_key, Engine, Error, Result};
+use crate::act::Act;
+use crate::store::{now_ms, orders, pending, StoreError};
+use crate::view::{self, Me};
+
+/// A new order's header.
+#[derive(Debug, Clone, Default)]
+pub struct NewOrder {
+    pub customer_id: Uuid,
+    pub customer_po: Option<String>,
+    pub ship_window_start: Option<NaiveDate>,
+    pub ship_window_end: Option<NaiveDate>,
+    pub notes: Option<String>,
+}
+
+impl Engine {
+    /// Queues one act on `order_id`: computes its base version (see the
+    /// engine's module docs), lets `make` build the act from the current view, and
+    /// stores it with a fresh idempotency key. Returns the key.
+    fn queue(
+        &self,
+        order_id: Uuid,
+        make: impl FnOnce(Option<&Order>, i64) -> Result<Act>,
+    ) -> Result<String> {
+        let key = new_key();
+        let mut failure: Option<Error> = None;
+        self.inner.store.write(|tx| {
+            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let mirror = orders::get(tx, order_id)?;
+            let rows = pending::for_order(tx, order_id)?;
+            let mut doc = mirror.clone();
+            for row in rows.iter().filter(|r| view::shows(r)) {
+                doc = view::apply(doc, &row.act, &me);
+            }
+            let base = match (rows.last(), &mirror) {
+                // Behind the user's own acts: the previous one's base + 1.
+                (Some(last), _) => last.base_version + 1,
+                (None, Some(m)) => m.version,
+                (None, None) => 0,
+            };
+            let act = match make(doc.as_ref(), base) {
+                Ok(act) => act,
+                Err(e) => {
+                    failure = Some(e);
+                    return Ok(());
+                }
+            };
+            pending::insert(
+                tx,
+                &pending::New {
+                    key: &key,
+                    act: &act,
+                    base_version: base,
+                    base_doc: doc.as_ref(),
+                    now: now_ms(),
+                },
+            )?;
+            Ok(())
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        self.changed_locally();
+        Ok(key)
+    }
+
+    pub fn create_order(&self, new: NewOrder) -> Result<Uuid> {
+        if let (Some(s), Some(e)) = (new.ship_window_start, new.ship_window_end) {
+            if e < s {
+                return Err(Error::Invalid(
+                    "the ship window ends before it starts".into(),
+                ));
+            }
+        }
+        let order_id = Uuid::now_v7();
+        self.queue(order_id, |doc, _| {
+            if doc.is_some() {
+                return Err(Error::Invalid(format!("order {order_id} exists")));
+            }
+            Ok(Act::CreateOrder {
+                order_id,
+                customer_id: new.customer_id,
+                customer_po: new.customer_po,
+                ship_window_start: new.ship_window_start,
+                ship_window_end: new.ship_window_end,
+                notes: new.notes,
+            })
+        })?;
+        Ok(order_id)
+    }
+
+    pub fn edit_order(&self, order_id: Uuid, set: OrderHeaderSet) -> Result<String> {
+        if crate::act::header_changes(&set).is_empty() {
+            return Err(Error::Invalid("nothing to change".into()));
+        }
+        self.queue(order_id, |doc, base| {
+            editable(doc, order_id)?;
+            Ok(Act::PatchOrder {
+                order_id,
+                base_version: base,
+                set,
+            })
+        })
+    }
+
+    /// Adds a line; returns its (client-minted) id.
+    pub fn add_line(&self, order_id: Uuid, sku_id: Uuid, qty_ordered: i64) -> Result<Uuid> {
+        positive("quantity", qty_ordered)?;
+        let line_id = Uuid::now_v7();
+        self.queue(order_id, |doc, base| {
+            editable(doc, order_id)?;
+            Ok(Act::AddLine {
+                order_id,
+                line_id,
+                sku_id,
+                qty_ordered,
+                base_version: base,
+            })
+        })?;
+        Ok(line_id)
+    }
+
+    pub fn change_line(&self, order_id: Uuid, line_id: Uuid, qty_ordered: i64) -> Result<String> {
+        positive("quantity", qty_ordered)?;
+        self.queue(order_id, |doc, base| {
+            has_line(editable(doc, order_id)?, line_id)?;
+            Ok(Act::ChangeLine {
+                order_id,
+                line_id,
+                qty_ordered,
+                base_version: base,
+            })
+        })
+    }
+
+    pub fn remove_line(&self, order_id: Uuid, line_id: Uuid) -> Result<String> {
+        self.queue(order_id, |doc, base| {
+            has_line(editable(doc, order_id)?, line_id)?;
+            Ok(Act::RemoveLine {
+                order_id,
+                line_id,
+                base_version: base,
+            })
+        })
+    }
+
+    /// Allocates stock to a line. Whether the stock is there is decided by
+    /// the server; offline we cannot know, so this only queues.
+    pub fn allocate(&self, order_id: Uuid, line_id: Uuid, qty: i64) -> Result<String> {
+        positive("quantity", qty)?;
+        self.queue(order_id, |doc, _| {
+            has_line(allocatable(doc, order_id)?, line_id)?;
+            Ok(Act::Allocate {
+                order_id,
+                line_id,
+                qty,
+            })
+        })
+    }
+
+    pub fn release(&self, order_id: Uuid, line_id: Uuid, qty: i64) -> Result<String> {
+        positive("quantity", qty)?;
+        self.queue(order_id, |doc, _| {
+            has_line(allocatable(doc, order_id)?, line_id)?;
+            Ok(Act::Release {
+                order_id,
+                line_id,
+                qty,
+            })
+        })
+    }
+
+    pub fn confirm(&self, order_id: Uuid) -> Result<String> {
+        self.queue(order_id, |doc, base| {
+            editable(doc, order_id)?;
+            Ok(Act::Confirm {
+                order_id,
+                base_version: base,
+            })
+        })
+    }
+
+    pub fn cancel(&self, order_id: Uuid) -> Result<String> {
+        self.queue(order_id, |doc, base| {
+            let o = found(doc, order_id)?;
+            if o.status == OrderStatus::Cancelled {
+                return Err(Error::Invalid("the order is already cancelled".into()));
+            }
+            Ok(Act::Cancel {
+                order_id,
+                base_version: base,
+            })
+        })
+    }
+}
+
+/// Re-queues `rows` (in order) on a new chain of bases starting at `base`
+/// over the document `doc`: a `None` act drops its row; a kept act gets the
+/// chained base, and a new key whenever its request changed (or it is the
+/// row the server already refused, `refused_seq`).
+pub(super) fn rechain(
+    tx: &Transaction<'_>,
+    me: &Me,
+    rows: Vec<(pending::Row, Option<Act>)>,
+    mut base: i64,
+    mut doc: Option<Order>,
+    refused_seq: Option<i64>,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    for (row, act) in rows {
+        let Some(act) = act else {
+            pending::delete(tx, row.seq)?;
+            continue;
+        };
+        let act = act.with_base(base);
+        let key = if act.request() == row.request && Some(row.seq) != refused_seq {
+            row.key.clone()
+        } else {
+            new_key()
+        };
+        pending::replace(tx, row.seq, &key, &act, base, doc.as_ref(), now)?;
+        doc = view::apply(doc, &act, me);
+        base += 1;
+    }
+    Ok(())
+}
+
+fn found(doc: Option<&Order>, order_id: Uuid) -> Result<&Order> {
+    doc.ok_or_else(|| Error::NotFound(format!("no order {order_id} on this desk")))
+}
+
+fn editable(doc: Option<&Order>, order_id: Uuid) -> Result<&Order> {
+    let o = found(doc, order_id)?;
+    if o.status != OrderStatus::Draft {
+        return Err(Error::Invalid(format!(
+            "the order is {}; only a draft can be edited",
+            o.status.as_str()
+        )));
+    }
+    Ok(o)
+}
+
+fn allocatable(doc: Option<&Order>, order_id: Uuid) -> Result<&Order> {
+    let o = found(doc, order_id)?;
+    if o.status == OrderStatus::Cancelled {
+        return Err(Error::Invalid("the order is cancelled".into()));
+    }
+    Ok(o)
+}
+
+fn has_line(o: &Order, line_id: Uuid) -> Result<()> {
+    if o.lines.iter().any(|l| l.id == line_id) {
+        Ok(())
+    } else {
+        Err(Error::NotFound(format!(
+            "no line {line_id} on order {}",
+            o.id
+        )))
+    }
+}
+
+fn positive(what: &str, n: i64) -> Result<()> {
+    if n < 1 {
+        return Err(Error::Invalid(format!("{what} must be at least 1")));
+    }
+    Ok(())
+}

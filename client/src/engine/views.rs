@@ -1,0 +1,200 @@
+//! What the screens read: order views and desk summaries, SKUs with local
+//! ATS, customers, invoices, the pending queue and the sync status line.
+//! Every read is the optimistic view: the mirror with pending acts applied.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use holdfast_protocol::model::{Customer, Order, Sku};
+use rusqlite::Transaction;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Engine, Result};
+use crate::store::sync_state::{self, Profile};
+use crate::store::{
+    conflicts, customers, invoices, now_ms, orders, pending, rejections, skus, StoreError,
+};
+use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
+
+/// The sync status line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub store: String,
+    pub signed_in: Option<Profile>,
+    pub token_store: String,
+    /// Whether the last pass reached the server (None: no pass yet).
+    pub online: Option<bool>,
+    pub pending: i64,
+    pub oldest_pending_at: Option<DateTime<Utc>>,
+    pub oldest_pending_age_secs: Option<i64>,
+    pub last_synced_at: Option<DateTime<Utc>>,
+    pub conflicts: usize,
+    pub rejections: usize,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+impl Engine {
+    /// Every order the user can see, oldest first, pending acts applied.
+    pub fn orders(&self) -> Result<Vec<OrderView>> {
+        Ok(self.inner.store.read(|tx| {
+            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let mirrors = orders::list(tx)?;
+            let mut by_order: HashMap<Uuid, Vec<pending::Row>> = HashMap::new();
+            let mut local_only = Vec::new();
+            for row in pending::all(tx)? {
+                if !by_order.contains_key(&row.order_id)
+                    && !mirrors.iter().any(|m| m.id == row.order_id)
+                {
+                    local_only.push(row.order_id);
+                }
+                by_order.entry(row.order_id).or_default().push(row);
+            }
+            let mut out = Vec::new();
+            for m in mirrors {
+                let rows = by_order.remove(&m.id).unwrap_or_default();
+                out.extend(view::order_view(Some(m), &rows, &me));
+            }
+            for id in local_only {
+                let rows = by_order.remove(&id).unwrap_or_default();
+                out.extend(view::order_view(None, &rows, &me));
+            }
+            Ok(out)
+        })?)
+    }
+
+    /// [`Engine::orders`] as desk rows: headers, badges and counts only.
+    pub fn order_summaries(&self) -> Result<Vec<OrderSummary>> {
+        Ok(self.orders()?.into_iter().map(OrderSummary::of).collect())
+    }
+
+    pub fn order(&self, order_id: Uuid) -> Result<Option<OrderView>> {
+        Ok(self.inner.store.read(|tx| {
+            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let rows = pending::for_order(tx, order_id)?;
+            Ok(view::order_view(orders::get(tx, order_id)?, &rows, &me))
+        })?)
+    }
+
+    /// The server's document as last synced (no pending acts applied).
+    pub fn server_order(&self, order_id: Uuid) -> Result<Option<Order>> {
+        Ok(self.inner.store.read(|tx| orders::get(tx, order_id))?)
+    }
+
+    /// Net units the pending acts allocate, per SKU.
+    fn pending_allocation(tx: &Transaction<'_>) -> Result<HashMap<Uuid, i64>, StoreError> {
+        let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mut by_order: BTreeMap<Uuid, Vec<pending::Row>> = BTreeMap::new();
+        for row in pending::all(tx)? {
+            by_order.entry(row.order_id).or_default().push(row);
+        }
+        let mut net: HashMap<Uuid, i64> = HashMap::new();
+        for (order_id, rows) in by_order {
+            let mirror = orders::get(tx, order_id)?;
+            let Some(v) = view::order_view(mirror.clone(), &rows, &me) else {
+                continue;
+            };
+            for l in &v.order.lines {
+                *net.entry(l.sku_id).or_default() += l.qty_allocated;
+            }
+            for l in mirror.iter().flat_map(|m| m.lines.iter()) {
+                *net.entry(l.sku_id).or_default() -= l.qty_allocated;
+            }
+        }
+        Ok(net)
+    }
+
+    /// SKUs matching `q` (words in style, colour, size), with local ATS.
+    pub fn skus(&self, q: &str, limit: i64) -> Result<Vec<SkuView>> {
+        Ok(self.inner.store.read(|tx| {
+            let net = Self::pending_allocation(tx)?;
+            Ok(skus::search(tx, q, limit)?
+                .into_iter()
+                .map(|s| {
+                    let n = net.get(&s.id).copied().unwrap_or(0);
+                    view::sku_view(s, n)
+                })
+                .collect())
+        })?)
+    }
+
+    pub fn sku(&self, id: Uuid) -> Result<Option<SkuView>> {
+        Ok(self.inner.store.read(|tx| {
+            let net = Self::pending_allocation(tx)?;
+            Ok(skus::get(tx, id)?.map(|s| {
+                let n = net.get(&s.id).copied().unwrap_or(0);
+                view::sku_view(s, n)
+            }))
+        })?)
+    }
+
+    pub fn find_sku(&self, style: &str, color: &str, size: &str) -> Result<Option<Sku>> {
+        Ok(self
+            .inner
+            .store
+            .read(|tx| skus::find_exact(tx, style, color, size))?)
+    }
+
+    pub fn customers(&self) -> Result<Vec<Customer>> {
+        Ok(self.inner.store.read(customers::list)?)
+    }
+
+    /// The customer named exactly `name`, or the one customer whose name
+    /// contains it.
+    pub fn find_customer(&self, name: &str) -> Result<Option<Customer>> {
+        Ok(self.inner.store.read(|tx| {
+            let found = customers::find(tx, name)?;
+            Ok(found
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(name))
+                .cloned()
+                .or_else(|| (found.len() == 1).then(|| found[0].clone())))
+        })?)
+    }
+
+    pub fn invoice(&self, id: Uuid) -> Result<Option<holdfast_protocol::model::Invoice>> {
+        Ok(self.inner.store.read(|tx| invoices::get(tx, id))?)
+    }
+
+    /// Everything not yet on the server, in order: the paper fallback.
+    pub fn pending(&self) -> Result<Vec<(Uuid, PendingMark)>> {
+        Ok(self.inner.store.read(|tx| {
+            Ok(pending::all(tx)?
+                .iter()
+                .map(|r| (r.order_id, PendingMark::of(r)))
+                .collect())
+        })?)
+    }
+
+    /// The raw pending rows (request, key, base) for scripts and tests.
+    pub fn pending_rows(&self) -> Result<Vec<pending::Row>> {
+        Ok(self.inner.store.read(pending::all)?)
+    }
+
+    pub fn status(&self) -> Result<Status> {
+        let (state, (count, oldest), n_conflicts, n_rejections) = self.inner.store.read(|tx| {
+            Ok((
+                sync_state::get(tx)?,
+                pending::summary(tx)?,
+                conflicts::list(tx)?.len(),
+                rejections::list(tx)?.len(),
+            ))
+        })?;
+        let time = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
+        Ok(Status {
+            store: self.inner.store.path().display().to_string(),
+            signed_in: state.profile,
+            token_store: self.inner.tokens.describe(),
+            online: state.online,
+            pending: count,
+            oldest_pending_at: time(oldest),
+            oldest_pending_age_secs: oldest.map(|o| ((now_ms() - o) / 1000).max(0)),
+            last_synced_at: time(state.last_synced_at),
+            conflicts: n_conflicts,
+            rejections: n_rejections,
+            next_attempt_at: time(state.next_attempt_at),
+            last_error: state.last_error,
+        })
+    }
+}
