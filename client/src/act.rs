@@ -19,7 +19,7 @@
 //! would turn the retry of a done act into `idempotency_key_reused`.
 //!
 //! To change the envelope: bump [`SCHEMA`], append an upcaster to
-//! [`UPCASTERS`] that turns the previous shape into the new one, and add a
+//! `UPCASTERS` that turns the previous shape into the new one, and add a
 //! test that reads a row of the previous shape.
 
 use holdfast_protocol::mutation::Mutation;
