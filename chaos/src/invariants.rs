@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use holdfast_client::act::Act;
+use holdfast_server::db::audit::ledger_mismatches;
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -82,17 +83,19 @@ pub async fn database(db: &PgPool, audit: &mut Audit) -> anyhow::Result<()> {
         )
         .await?,
     );
+    let books = ledger_mismatches(db, Some(acme())).await?;
     audit.check(
         "allocation ledger sums = positions",
-        rows(
-            db,
-            "select format('sku %s: position says %s allocated, ledger %s', p.sku_id, p.allocated, coalesce(l.s, 0))
-               from sku_positions p
-               left join (select sku_id, sum(delta) as s from allocation_ledger where tenant_id = $1 group by sku_id) l
-                 on l.sku_id = p.sku_id
-              where p.tenant_id = $1 and p.allocated <> coalesce(l.s, 0)",
-        )
-        .await?,
+        books
+            .iter()
+            .filter(|m| m.allocation_differs())
+            .map(|m| {
+                format!(
+                    "sku {}: position says {} allocated, ledger {}",
+                    m.sku_id, m.position.allocated, m.ledgers.allocated
+                )
+            })
+            .collect(),
     );
     audit.check(
         "no SKU allocated beyond on_hand + on_order (ledger)",
@@ -131,17 +134,20 @@ pub async fn database(db: &PgPool, audit: &mut Audit) -> anyhow::Result<()> {
     );
     audit.check(
         "inventory ledger sums = on_hand and on_order",
-        rows(
-            db,
-            "select format('sku %s: on_hand %s / ledger %s, on_order %s / ledger %s',
-                           p.sku_id, p.on_hand, coalesce(i.h, 0), p.on_order, coalesce(i.o, 0))
-               from sku_positions p
-               left join (select sku_id, sum(on_hand_delta) as h, sum(on_order_delta) as o
-                            from inventory_ledger where tenant_id = $1 group by sku_id) i
-                 on i.sku_id = p.sku_id
-              where p.tenant_id = $1 and (p.on_hand <> coalesce(i.h, 0) or p.on_order <> coalesce(i.o, 0))",
-        )
-        .await?,
+        books
+            .iter()
+            .filter(|m| m.inventory_differs())
+            .map(|m| {
+                format!(
+                    "sku {}: on_hand {} / ledger {}, on_order {} / ledger {}",
+                    m.sku_id,
+                    m.position.on_hand,
+                    m.ledgers.on_hand,
+                    m.position.on_order,
+                    m.ledgers.on_order
+                )
+            })
+            .collect(),
     );
     // An order's events: sequences 1..=event_seq with no gap; one change
     // may announce more than one event (removing an allocated line is a

@@ -330,7 +330,8 @@ impl Ledger {
     /// - each order's version is 1 + its acts (each success adds exactly 1);
     /// - its outbox events, by sequence, are its acts' events in order;
     /// - every allocation and release has exactly one ledger row;
-    /// - ledger sums equal positions for every SKU (no oversell hidden).
+    /// - ledger sums equal positions for every SKU (allocated, on_hand and
+    ///   on_order; no oversell hidden).
     pub async fn check_exactly_once(&self, server: &Server, token: &str) {
         for order in &self.order_ids {
             let acts = &self.acts[order];
@@ -368,15 +369,15 @@ impl Ledger {
                 }
             }
         }
-        let drift: i64 = sqlx::query_scalar(
-            "select count(*) from sku_positions p
-              where p.allocated <> coalesce((select sum(delta) from allocation_ledger l
-                                              where l.tenant_id = p.tenant_id and l.sku_id = p.sku_id), 0)",
-        )
-        .fetch_one(&server.db)
-        .await
-        .expect("positions");
-        assert_eq!(drift, 0, "allocation ledger sums equal positions");
+        let drift = holdfast_server::db::audit::ledger_mismatches(&server.db, None)
+            .await
+            .expect("positions");
+        let shown: Vec<String> = drift.iter().map(ToString::to_string).collect();
+        assert!(
+            drift.is_empty(),
+            "ledger sums equal positions:\n{}",
+            shown.join("\n")
+        );
     }
 
     /// After everything synced, each order as the desk shows it is the

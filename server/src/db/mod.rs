@@ -1,5 +1,6 @@
 //! Database access, one module per aggregate, SQL next to the function that runs it.
 
+pub mod audit;
 pub mod changes;
 pub mod customers;
 pub mod deliveries;

@@ -1,6 +1,6 @@
-//! Test harness: the real server on 127.0.0.1:0 over a fresh database (from
-//! `#[sqlx::test]`), seeded with the demo fixture, driven over real HTTP.
-#![allow(dead_code)]
+//! The real server in this process on 127.0.0.1:0 over a fresh database
+//! (from `#[sqlx::test]`), seeded with the demo fixture, driven over real
+//! HTTP.
 
 use holdfast_server::{demo, AppState};
 use reqwest::{Method, StatusCode};
@@ -11,20 +11,18 @@ use tokio::sync::oneshot;
 pub struct TestServer {
     pub base: String,
     pub http: reqwest::Client,
-    pub db: PgPool,
     stop: Option<oneshot::Sender<()>>,
 }
 
 impl TestServer {
     pub async fn start(db: PgPool) -> TestServer {
-        let state = AppState::new(db.clone());
+        let state = AppState::new(db);
         Self::start_with(state).await
     }
 
     /// Starts over a prepared state (e.g. one allowing loopback partners).
     pub async fn start_with(state: AppState) -> TestServer {
-        let db = state.db.clone();
-        demo::seed(&db).await.expect("seed demo data");
+        demo::seed(&state.db).await.expect("seed demo data");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -40,7 +38,6 @@ impl TestServer {
         TestServer {
             base,
             http: reqwest::Client::new(),
-            db,
             stop: Some(stop),
         }
     }

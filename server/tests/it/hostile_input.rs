@@ -1,20 +1,13 @@
 //! What schemathesis (scripts/schemathesis.sh) found, kept as regressions:
 //! input the database cannot hold or compute must be a 4xx, never a 500.
 
-mod common;
-
-use common::{assert_problem, TestServer};
 use holdfast_server::{demo, AppState};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
-
-fn key() -> String {
-    Uuid::now_v7().to_string()
-}
+use crate::support::{assert_problem, key, TestServer, MIGRATIONS};
 
 fn field(body: &Value) -> &str {
     body["errors"][0]["field"].as_str().unwrap_or_default()

@@ -1,16 +1,13 @@
 //! `GET /admin`, the operator's HTML page, over real HTTP: sign-in with a
 //! cookie session, operators only, CSRF-checked requeue, escaped output.
 
-mod common;
-
-use common::TestServer;
 use holdfast_server::demo;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+use crate::support::{TestServer, MIGRATIONS};
 
 /// A browser that does not follow redirects, so each answer can be checked.
 fn browser() -> reqwest::Client {

@@ -1,16 +1,14 @@
 //! Sign-in, revocation, tenant isolation, roles, the read routes and every
 //! problem code they can produce, over real HTTP against real Postgres.
 
-mod common;
-
-use common::{assert_problem, read, TestServer};
 use holdfast_server::demo;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+use crate::support::audit::assert_ledgers_match_positions;
+use crate::support::{assert_problem, read, TestServer, MIGRATIONS};
 
 async fn insert_order(db: &PgPool, tenant: &str, email: &str, customer: &str) -> Uuid {
     let id = Uuid::now_v7();
@@ -447,15 +445,7 @@ async fn demo_seed_runs_once(db: PgPool) {
         .expect("count");
     assert!(globex_skus >= 20);
     // Ledger sums equal positions from the first row.
-    let mismatched: i64 = sqlx::query_scalar(
-        "select count(*) from sku_positions p
-          where p.on_hand <> coalesce((select sum(on_hand_delta) from inventory_ledger l
-                                        where l.tenant_id = p.tenant_id and l.sku_id = p.sku_id), 0)",
-    )
-    .fetch_one(&db)
-    .await
-    .expect("audit");
-    assert_eq!(mismatched, 0);
+    assert_ledgers_match_positions(&db).await;
     drop(s);
 }
 

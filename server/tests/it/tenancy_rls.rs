@@ -3,27 +3,16 @@
 //! query that forgets its tenant filter on purpose, or checks that the server
 //! really runs its requests behind the wall.
 
-mod common;
-
-use common::TestServer;
 use holdfast_server::db::{begin_for_tenant, begin_snapshot_for_tenant};
 use holdfast_server::demo;
 use reqwest::StatusCode;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+use crate::support::{acme, globex, TestServer, MIGRATIONS};
 
 /// Postgres' insufficient_privilege: what a row-level security violation is.
 const INSUFFICIENT_PRIVILEGE: &str = "42501";
-
-fn acme() -> Uuid {
-    demo::tenant_id("acme")
-}
-
-fn globex() -> Uuid {
-    demo::tenant_id("globex")
-}
 
 async fn count_skus(db: &PgPool, tenant: Uuid) -> i64 {
     sqlx::query_scalar("select count(*) from skus where tenant_id = $1")

@@ -1,14 +1,9 @@
 //! Hostile callers: every route demands a token, no id crosses tenants,
 //! sign-in guessing is throttled, and no secret ever reaches the logs.
 
-mod common;
-
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_problem, TestServer};
 use holdfast_server::ratelimit::LoginLimiter;
 use holdfast_server::{demo, AppState};
 use reqwest::{Method, StatusCode};
@@ -16,7 +11,8 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+use crate::support::process::{database_url, reachable_tempdir, ServerProcess};
+use crate::support::{assert_problem, TestServer, MIGRATIONS};
 
 /// Every `/v1` route of the OpenAPI document with a concrete path, given ids.
 async fn routes(
@@ -153,7 +149,7 @@ async fn every_route_needs_a_token_and_no_id_crosses_tenants(db: PgPool) {
             .send()
             .await
             .expect("send");
-        let (status, problem) = common::read(resp).await;
+        let (status, problem) = crate::support::read(resp).await;
         assert_eq!(
             status,
             StatusCode::UNAUTHORIZED,
@@ -181,7 +177,7 @@ async fn every_route_needs_a_token_and_no_id_crosses_tenants(db: PgPool) {
                 .send()
                 .await
                 .expect("send");
-            let (status, problem) = common::read(resp).await;
+            let (status, problem) = crate::support::read(resp).await;
             assert_eq!(
                 status,
                 StatusCode::NOT_FOUND,
@@ -207,7 +203,7 @@ async fn sign_in_guessing_is_throttled_but_never_forever(db: PgPool) {
     }
     let resp = s.http.post(s.url("/v1/sessions")).json(&json!({"tenant": "acme", "email": "dana@acme.test", "password": demo::DEMO_PASSWORD, "device_name": "x"})).send().await.expect("send");
     let retry_after = resp.headers().get("retry-after").cloned();
-    let (status, p) = common::read(resp).await;
+    let (status, p) = crate::support::read(resp).await;
     assert_problem(status, &p, 429, "rate_limited");
     assert!(retry_after.is_some(), "429 says when to come back");
     // Priya is not collateral damage.
@@ -236,38 +232,14 @@ async fn secrets_never_reach_the_logs(db: PgPool) {
         .get_database()
         .expect("db name")
         .to_owned();
-    let mut url =
-        reqwest::Url::parse(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).expect("url");
-    url.set_path(&db_name);
-    let log_path = std::env::temp_dir().join(format!("holdfast-log-{}.txt", Uuid::now_v7()));
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_holdfast-server"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--demo",
-            "--relay-allow-private-targets",
-        ])
-        .env("DATABASE_URL", url.as_str())
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("spawn");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut seen = String::new();
-    let mut buf = [0u8; 256];
-    while !seen.contains('\n') {
-        let n = stdout.read(&mut buf).expect("read");
-        assert!(n > 0, "server exited early");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
-    let base = seen
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_owned();
+    let tmp = reachable_tempdir();
+    let mut server = ServerProcess::start_with_env(
+        Some(&database_url(&db_name)),
+        tmp.path(),
+        &["--relay-allow-private-targets"],
+        &[("RUST_LOG", "debug")],
+    );
+    let base = server.base.clone();
     let http = reqwest::Client::new();
     let post = |path: &str, token: Option<&str>, body: Value| {
         let mut req = http.post(format!("{base}{path}")).json(&body);
@@ -336,14 +308,13 @@ async fn secrets_never_reach_the_logs(db: PgPool) {
         signature,
     ]);
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("term");
-    child.wait().expect("wait");
+    server.signal(nix::sys::signal::Signal::SIGTERM);
+    server.child.wait().expect("wait");
+    // Dropped before the assertions: a failing one must not print the log
+    // (and so the secret) from the drop.
+    let log_path = server.log.clone();
+    drop(server);
     let logs = std::fs::read_to_string(&log_path).expect("logs");
-    let _ = std::fs::remove_file(&log_path);
     assert!(
         logs.contains("signed in"),
         "the logs were captured: {}",

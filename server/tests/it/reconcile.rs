@@ -2,14 +2,11 @@
 //! rows, --apply through the inventory ledger, idempotent re-runs, and the
 //! real binary SIGKILLed inside an import page and inside an apply booking.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::TestServer;
 use holdfast_server::demo;
 use holdfast_server::reconcile::{self, Options, Report};
 use serde_json::json;
@@ -17,14 +14,12 @@ use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use uuid::Uuid;
 
-const MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+use crate::support::audit::assert_ledgers_match_positions;
+use crate::support::process::database_url;
+use crate::support::{kestrel_m, TestServer, MIGRATIONS};
 
 /// Waiting for the child to reach its hold point: a deadline, not a pace.
 const DEADLINE: Duration = Duration::from_secs(120);
-
-fn kestrel_m() -> Uuid {
-    demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M")
-}
 
 struct Sku {
     id: Uuid,
@@ -203,24 +198,6 @@ async fn feed_rows(db: &PgPool) -> i64 {
         .fetch_one(db)
         .await
         .expect("changes")
-}
-
-/// The audit the design leans on: every position equals its ledgers.
-async fn assert_ledgers_match_positions(db: &PgPool) {
-    let bad: i64 = sqlx::query_scalar(
-        "select count(*) from sku_positions p
-          where p.allocated <> coalesce((select sum(delta) from allocation_ledger l
-                                          where l.tenant_id = p.tenant_id and l.sku_id = p.sku_id), 0)
-             or p.on_hand <> coalesce((select sum(on_hand_delta) from inventory_ledger l
-                                        where l.tenant_id = p.tenant_id and l.sku_id = p.sku_id), 0)
-             or p.on_order <> coalesce((select sum(on_order_delta) from inventory_ledger l
-                                        where l.tenant_id = p.tenant_id and l.sku_id = p.sku_id), 0)
-             or p.allocated > p.on_hand + p.on_order",
-    )
-    .fetch_one(db)
-    .await
-    .expect("audit");
-    assert_eq!(bad, 0, "positions disagree with their ledgers");
 }
 
 /// Allocates `qty` of the Kestrel M on a fresh order through the real API;
@@ -455,17 +432,12 @@ async fn apply_books_through_the_ledger_refuses_what_would_oversell_and_reruns_c
     assert_eq!(state(&db).await, before);
 }
 
-/// The test database's URL for a child process.
-fn database_url(db: &PgPool) -> String {
-    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL (sqlx::test needs it too)");
-    let mut url = reqwest::Url::parse(&base).expect("DATABASE_URL is a URL");
-    let name = db
-        .connect_options()
+/// The test database's name, for a child process's DATABASE_URL.
+fn db_name(db: &PgPool) -> String {
+    db.connect_options()
         .get_database()
         .expect("test database name")
-        .to_owned();
-    url.set_path(&format!("/{name}"));
-    url.to_string()
+        .to_owned()
 }
 
 fn binary(db: &PgPool, path: &Path, extra: &[&str]) -> tokio::process::Command {
@@ -473,7 +445,7 @@ fn binary(db: &PgPool, path: &Path, extra: &[&str]) -> tokio::process::Command {
     cmd.args(["reconcile", "--tenant", "acme", "--page-size", "10"])
         .args(extra)
         .arg(path)
-        .env("DATABASE_URL", database_url(db))
+        .env("DATABASE_URL", database_url(&db_name(db)))
         .env_remove("HOLDFAST_RECONCILE_TEST_HOLD")
         .stdin(Stdio::null())
         .kill_on_drop(true);

@@ -1,0 +1,25 @@
+//! The server's integration tests, one binary: the real server over real
+//! HTTP and a fresh Postgres database per test (`#[sqlx::test]`), or the real
+//! `holdfast-server` binary as a child process. One module per area; the
+//! harness they share is [`support`].
+//!
+//! One process runs them all, so whatever is process-global is shared: the
+//! Prometheus recorder (tests assert a metric is present, or a gauge at least
+//! their own count, never an exact total), and nothing sets an environment
+//! variable in this process; a child process gets its own with
+//! `Command::env`.
+
+mod support;
+
+mod admin_page;
+mod embedded_postgres;
+mod hostile;
+mod hostile_input;
+mod ledger_audit;
+mod mutations;
+mod operational;
+mod reconcile;
+mod sessions_and_reads;
+mod sync_feed;
+mod tenancy_rls;
+mod webhooks;

@@ -1,0 +1,263 @@
+//! Batch push: the same answers as REST, replayed, and the savepoint
+//! fallback changes none of them.
+
+use holdfast_server::demo;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{allocate_path, position};
+use crate::support::audit::assert_ledgers_match_positions;
+use crate::support::{assert_problem, kestrel_m, TestServer, MIGRATIONS};
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn batch_push_matches_rest_and_replays(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let order = Uuid::now_v7();
+    let line = Uuid::now_v7();
+    let items = json!([
+        {"idempotency_key": "b-create", "method": "POST", "path": "/v1/orders",
+         "body": {"id": order, "customer_id": demo::customer_id("acme", "Austin Boutique")}},
+        {"idempotency_key": "b-line", "method": "POST", "path": format!("/v1/orders/{order}/lines"),
+         "body": {"id": line, "sku_id": kestrel_m(), "qty_ordered": 4, "base_version": 1}},
+        {"idempotency_key": "b-alloc", "method": "POST", "path": allocate_path(order, line), "body": {"qty": 4}},
+        {"idempotency_key": "b-patch", "method": "PATCH", "path": format!("/v1/orders/{order}"),
+         "body": {"base_version": 3, "set": {"customer_po": "FAX-0412"}}},
+    ]);
+    let push = |items: Value| s.push(&dana, items);
+    let (status, first) = push(items.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let results = first["results"].as_array().expect("results");
+    let statuses: Vec<i64> = results
+        .iter()
+        .map(|r| r["status"].as_i64().expect("s"))
+        .collect();
+    assert_eq!(statuses, [201, 201, 200, 200], "{first}");
+    assert!(results.iter().all(|r| r["replayed"] == false));
+    assert_eq!(results[3]["body"]["customer_po"], "FAX-0412");
+    assert_eq!(results[3]["body"]["version"], 4);
+
+    let (_, second) = push(items.clone()).await;
+    for (a, b) in results
+        .iter()
+        .zip(second["results"].as_array().expect("results"))
+    {
+        assert_eq!(b["replayed"], true);
+        assert_eq!((&a["status"], &a["body"]), (&b["status"], &b["body"]));
+    }
+    assert_eq!(position(&db, kestrel_m()).await.2, 4, "allocated once");
+
+    // The same key through REST replays the batch's answer.
+    let r = s
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            "b-alloc",
+            json!({"qty": 4}),
+        )
+        .await;
+    assert!(r.replayed());
+    assert_eq!(r.json(), results[2]["body"]);
+
+    // A failing item blocks later items on its order only; a malformed item
+    // gets its own 400.
+    let other = Uuid::now_v7();
+    let items = json!([
+        {"idempotency_key": "c-stale", "method": "PATCH", "path": format!("/v1/orders/{order}"),
+         "body": {"base_version": 1, "set": {"notes": "stale"}}},
+        {"idempotency_key": "c-after", "method": "PATCH", "path": format!("/v1/orders/{order}"),
+         "body": {"base_version": 4, "set": {"notes": "would work"}}},
+        {"idempotency_key": "c-bad", "method": "POST", "path": "/v1/orders", "body": {"id": other, "customer": "?"}},
+        {"idempotency_key": "c-other", "method": "POST", "path": "/v1/orders",
+         "body": {"id": Uuid::now_v7(), "customer_id": demo::customer_id("acme", "Tokyo Distributor")}},
+    ]);
+    let (status, out) = push(items).await;
+    assert_eq!(status, StatusCode::OK);
+    let r = out["results"].as_array().expect("results");
+    assert_eq!(r[0]["status"], 409);
+    assert_eq!(r[0]["body"]["code"], "version_conflict");
+    assert_eq!(r[1]["status"], 424);
+    assert_eq!(r[1]["body"]["code"], "blocked_by_earlier");
+    assert_eq!(r[1]["body"]["blocked_by"], "c-stale");
+    assert_eq!(r[2]["status"], 400);
+    assert_eq!(r[2]["body"]["code"], "validation_failed");
+    assert_eq!(r[3]["status"], 201, "other orders run as usual");
+
+    // 424 is not stored: the blocked item, sent alone, runs.
+    let r = s
+        .mutate(
+            &dana,
+            Method::PATCH,
+            &format!("/v1/orders/{order}"),
+            "c-after",
+            &json!({"base_version": 4, "set": {"notes": "would work"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.json());
+    assert!(!r.replayed());
+
+    // Bounds: 0 and 501 items.
+    let (status, p) = push(json!([])).await;
+    assert_problem(status, &p, 400, "validation_failed");
+    let many: Vec<Value> = (0..501).map(|i| json!({"idempotency_key": format!("m{i}"), "method": "POST", "path": "/v1/orders", "body": {}})).collect();
+    let (status, p) = push(Value::Array(many)).await;
+    assert_problem(status, &p, 400, "validation_failed");
+}
+
+/// Push applies a chunk without savepoints and falls back to one per item
+/// when an item's effects must be undone alone: the answers, the order of
+/// items and blocked_by_earlier are the same either way, and a key whose
+/// answer is not stored stays free.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn push_falls_back_to_savepoints_without_changing_answers(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let austin = demo::customer_id("acme", "Austin Boutique");
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let line = Uuid::now_v7();
+    let missing_line = Uuid::now_v7();
+    let push = |items: Value| s.push(&dana, items);
+    let statuses = |out: &Value| -> Vec<i64> {
+        out["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|r| r["status"].as_i64().expect("status"))
+            .collect()
+    };
+    let keys_stored = |keys: Vec<&'static str>| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "select key from idempotency_keys where key = any($1) order by key",
+            )
+            .bind(keys)
+            .fetch_all(&db)
+            .await
+            .expect("keys")
+        }
+    };
+
+    // A 404 the handler finds after claiming its key (no such line).
+    let (status, out) = push(json!([
+        {"idempotency_key": "f-a", "method": "POST", "path": "/v1/orders",
+         "body": {"id": a, "customer_id": austin}},
+        {"idempotency_key": "f-line", "method": "POST", "path": format!("/v1/orders/{a}/lines"),
+         "body": {"id": line, "sku_id": kestrel_m(), "qty_ordered": 4, "base_version": 1}},
+        {"idempotency_key": "f-404", "method": "POST", "path": allocate_path(a, missing_line),
+         "body": {"qty": 1}},
+        {"idempotency_key": "f-blocked", "method": "POST", "path": allocate_path(a, line),
+         "body": {"qty": 1}},
+        {"idempotency_key": "f-b", "method": "POST", "path": "/v1/orders",
+         "body": {"id": b, "customer_id": austin}},
+    ]))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 201, 404, 424, 201], "{out}");
+    assert_eq!(out["results"][3]["body"]["blocked_by"], "f-404");
+    assert_eq!(
+        keys_stored(vec!["f-a", "f-line", "f-404", "f-blocked", "f-b"]).await,
+        ["f-a", "f-b", "f-line"],
+        "unstored answers leave their keys free"
+    );
+    let (_, doc) = s.get(&format!("/v1/orders/{a}"), &dana).await;
+    assert_eq!(doc["version"], 2, "create and line, each once");
+    assert_eq!(position(&db, kestrel_m()).await.2, 0, "nothing allocated");
+
+    // A key held by a running request: request_in_flight after the bounded
+    // wait, the others run.
+    let k = "f-held";
+    let mut held = db.begin().await.expect("begin");
+    sqlx::query("insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ($1, $2, 'x', 0, '')")
+        .bind(demo::tenant_id("acme"))
+        .bind(k)
+        .execute(&mut *held)
+        .await
+        .expect("hold key");
+    let (c, d) = (Uuid::now_v7(), Uuid::now_v7());
+    let (status, out) = push(json!([
+        {"idempotency_key": "f-c", "method": "POST", "path": "/v1/orders",
+         "body": {"id": c, "customer_id": austin}},
+        {"idempotency_key": k, "method": "POST", "path": allocate_path(a, line), "body": {"qty": 1}},
+        {"idempotency_key": "f-d", "method": "POST", "path": "/v1/orders",
+         "body": {"id": d, "customer_id": austin}},
+    ]))
+    .await;
+    held.rollback().await.expect("rollback");
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 409, 201], "{out}");
+    assert_eq!(out["results"][1]["body"]["code"], "request_in_flight");
+
+    // One key twice in one push: the second replays the first (whose answer
+    // is not yet on its key row), a different request under it is refused.
+    let e = Uuid::now_v7();
+    let create_e = json!({"idempotency_key": "f-dup", "method": "POST", "path": "/v1/orders",
+                          "body": {"id": e, "customer_id": austin}});
+    let (status, out) = push(json!([
+        create_e,
+        create_e,
+        {"idempotency_key": "f-dup", "method": "POST", "path": "/v1/orders",
+         "body": {"id": Uuid::now_v7(), "customer_id": austin}},
+    ]))
+    .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_eq!(statuses(&out), [201, 201, 422], "{out}");
+    let r = &out["results"];
+    assert_eq!(
+        (&r[0]["replayed"], &r[1]["replayed"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(r[0]["body"], r[1]["body"]);
+    assert_eq!(r[2]["body"]["code"], "idempotency_key_reused");
+    let replay = s
+        .post(
+            &dana,
+            "/v1/orders",
+            "f-dup",
+            json!({"id": e, "customer_id": austin}),
+        )
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.json(), r[0]["body"], "the answer was stored");
+
+    // More than one transaction's worth, with a 404 (no such customer) in the
+    // second chunk: each chunk commits its own items, in order.
+    let ids: Vec<Uuid> = (0..150).map(|_| Uuid::now_v7()).collect();
+    let items: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let customer = if i == 120 { Uuid::now_v7() } else { austin };
+            json!({"idempotency_key": format!("many-{i}"), "method": "POST", "path": "/v1/orders",
+                   "body": {"id": id, "customer_id": customer}})
+        })
+        .collect();
+    let (status, out) = push(Value::Array(items.clone())).await;
+    assert_eq!(status, StatusCode::OK);
+    let got = statuses(&out);
+    assert_eq!(got.len(), 150);
+    for (i, st) in got.iter().enumerate() {
+        assert_eq!(*st, if i == 120 { 404 } else { 201 }, "item {i}");
+        assert_eq!(out["results"][i]["idempotency_key"], format!("many-{i}"));
+    }
+    let created: i64 = sqlx::query_scalar("select count(*) from orders where id = any($1)")
+        .bind(&ids)
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(created, 149);
+    // The same push again: every stored answer replays, the 404 runs again.
+    let (_, again) = push(Value::Array(items)).await;
+    for (i, r) in again["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(r["replayed"], i != 120, "item {i}");
+        assert_eq!(r["body"], out["results"][i]["body"], "item {i}");
+    }
+    assert_ledgers_match_positions(&db).await;
+}
