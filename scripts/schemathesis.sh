@@ -26,7 +26,7 @@
 #      in the other runs it would revoke their token mid-run.
 # Excluded: GET /v1/sync/stream, an endless text/event-stream (SSE) response
 # a request-response fuzzer cannot finish reading; it is covered by the
-# sync-feed tests and the 401 sweep in server/tests/hostile.rs.
+# sync-feed tests and the 401 sweep in server/tests/it/hostile.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -61,7 +61,7 @@
 //! # Tables
 //!
 //! Under a policy: every table with `tenant_id` (the test
-//! `server/tests/tenancy_rls.rs` fails if one is added without) and
+//! `server/tests/it/tenancy_rls.rs` fails if one is added without) and
 //! `tenants` itself (a tenant sees its own row). `feed_compaction` has a
 //! policy but grants nothing to `holdfast_tenant`: only the compactor uses
 //! it. Outside RLS: `_sqlx_migrations`, on which the role has no privilege.

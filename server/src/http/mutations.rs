@@ -340,7 +340,13 @@ mod tests {
                 .body(Body::empty())
                 .expect("request");
             let status = router.clone().oneshot(req).await.expect("answer").status();
-            assert_eq!(status, StatusCode::UNAUTHORIZED, "{} {}", m.method(), m.path());
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{} {}",
+                m.method(),
+                m.path()
+            );
 
             let mut template = m.path().replace(&m.order_id().to_string(), "{id}");
             if let Some(line) = m.line_id() {
