@@ -10,15 +10,16 @@
 //!   string or member name (Postgres cannot store it);
 //! - whatever parses round-trips: typed value → JSON → the same typed value,
 //!   with the same fingerprint however its keys are ordered or spaced;
-//! - routing a batch item (`engine::route::parse`) never panics on any
-//!   method, path or body, and a valid body on its route always parses.
+//! - routing a batch item (`Mutation::parse`, then `validate`) never panics
+//!   on any method, path or body, and a valid body on its route always
+//!   parses and validates.
 
 use holdfast_protocol::canonical::{canonical_json, request_fingerprint};
 use holdfast_protocol::model::{
     AddLine, BaseVersion, ChangeLine, CreateOrder, LoginRequest, OrderHeaderSet, PatchOrder,
     PushItem, PushRequest, Quantity,
 };
-use holdfast_server::engine::route;
+use holdfast_protocol::mutation::Mutation;
 use holdfast_server::http::parse_json;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
@@ -293,7 +294,11 @@ proptest! {
         drop_it in any::<bool>(),
     ) {
         // Valid first: the route parses it.
-        prop_assert!(route::parse(&method, &path, &body).is_ok(), "{} {} {}", method, path, body);
+        let parsed = Mutation::parse(&method, &path, &body);
+        prop_assert!(
+            parsed.as_ref().is_ok_and(|m| m.validate().is_ok()),
+            "{} {} {} → {:?}", method, path, body, parsed
+        );
         all_types(&body)?;
         // Then one field wrong, missing or extra: whatever the answer, an
         // answer (and the same one from serde and the server's parser).
@@ -305,7 +310,9 @@ proptest! {
                 map.insert(field.to_owned(), replacement);
             }
         }
-        let _ = route::parse(&method, &path, &near);
+        if let Ok(m) = Mutation::parse(&method, &path, &near) {
+            let _ = m.validate();
+        }
         all_types(&near)?;
     }
 
@@ -315,8 +322,10 @@ proptest! {
         path in prop_oneof![".{0,40}", "/v1/orders(/[a-z0-9-]{0,40}){0,5}"],
         body in arb_json(),
     ) {
-        let _ = route::parse(&method, &path, &body);
-        let _ = route::order_hint(&path, &body);
+        if let Ok(m) = Mutation::parse(&method, &path, &body) {
+            let _ = m.validate();
+        }
+        let _ = Mutation::order_hint(&path, &body);
         let _ = request_fingerprint(&method, &path, &body);
     }
 
