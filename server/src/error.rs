@@ -78,11 +78,11 @@ impl Error {
 }
 
 /// What a 503 tells the caller to wait before retrying.
-pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 2;
+pub(crate) const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 2;
 
 /// The database error behind `e`, if it means "the database is unavailable
 /// right now" rather than a bug.
-pub fn unavailable_cause(e: &anyhow::Error) -> Option<&sqlx::Error> {
+pub(crate) fn unavailable_cause(e: &anyhow::Error) -> Option<&sqlx::Error> {
     e.chain()
         .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
         .find(|e| is_unavailable(e))
@@ -92,7 +92,7 @@ pub fn unavailable_cause(e: &anyhow::Error) -> Option<&sqlx::Error> {
 /// restarting, the connection broke, the pool waited too long, or it refuses
 /// writes (read-only, out of disk or memory, too many connections) — as
 /// opposed to a bug in our SQL. These answer 503.
-pub fn is_unavailable(e: &sqlx::Error) -> bool {
+pub(crate) fn is_unavailable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
@@ -104,7 +104,7 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 }
 
 /// The SQLSTATEs that mean "unavailable", by class or code.
-pub fn sqlstate_is_unavailable(code: &str) -> bool {
+pub(crate) fn sqlstate_is_unavailable(code: &str) -> bool {
     // 08: connection exception (e.g. 08006 connection_failure).
     // 53: insufficient resources — 53100 disk_full, 53200 out_of_memory,
     //     53300 too_many_connections, 53400 configuration_limit_exceeded.

@@ -21,13 +21,13 @@ use crate::db::outbox::{announce_ats_in_tx, enqueue_in_tx, Aggregate};
 use crate::error::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
+pub(crate) enum Provider {
     Warehouse,
     Payments,
 }
 
 impl Provider {
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s {
             "warehouse" => Some(Provider::Warehouse),
             "payments" => Some(Provider::Payments),
@@ -35,7 +35,7 @@ impl Provider {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Provider::Warehouse => "warehouse",
             Provider::Payments => "payments",
@@ -45,7 +45,7 @@ impl Provider {
 
 /// The envelope; providers may add members we do not use.
 #[derive(Debug, Deserialize)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     #[serde(rename = "type")]
     pub type_: String,
     pub data: serde_json::Value,
@@ -66,13 +66,13 @@ struct PaymentData {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handled {
+pub(crate) enum Handled {
     Processed,
     Duplicate,
 }
 
 /// The tenant's id and its secret for this provider, if it has one.
-pub async fn secret_for(
+pub(crate) async fn secret_for(
     db: &PgPool,
     tenant_slug: &str,
     provider: Provider,
@@ -89,7 +89,7 @@ pub async fn secret_for(
 }
 
 /// Records and applies one verified event.
-pub async fn handle(
+pub(crate) async fn handle(
     db: &PgPool,
     tenant_id: Uuid,
     provider: Provider,

@@ -38,7 +38,7 @@ impl Metrics {
     }
 }
 
-pub fn record_request(method: &str, route: &str, status: u16, elapsed: Duration) {
+pub(crate) fn record_request(method: &str, route: &str, status: u16, elapsed: Duration) {
     let labels = [
         ("method", method.to_owned()),
         ("route", route.to_owned()),

@@ -176,7 +176,7 @@ impl Modify for Problems {
     }
 }
 
-pub fn document() -> utoipa::openapi::OpenApi {
+pub(crate) fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 

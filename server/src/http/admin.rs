@@ -25,14 +25,14 @@ use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InboundSecretRequest {
+pub(crate) struct InboundSecretRequest {
     /// `warehouse` or `payments`.
     #[schema(pattern = "^(warehouse|payments)$")]
     provider: String,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct SecretResponse {
+pub(crate) struct SecretResponse {
     /// Shown once; give it to the provider or partner.
     secret: String,
 }
@@ -42,7 +42,7 @@ pub struct SecretResponse {
     security(("bearer" = [])),
     responses((status = 200, body = SecretResponse), (status = 400, body = Problem),
               (status = 401, body = Problem), (status = 403, body = Problem)))]
-pub async fn create_inbound_secret(
+pub(crate) async fn create_inbound_secret(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(req): ApiJson<InboundSecretRequest>,
@@ -72,7 +72,7 @@ pub async fn create_inbound_secret(
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreatePartner {
+pub(crate) struct CreatePartner {
     /// 1–200 characters, not all blank.
     #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     name: String,
@@ -86,7 +86,7 @@ pub struct CreatePartner {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct CreatedPartner {
+pub(crate) struct CreatedPartner {
     id: Uuid,
     /// `whsec_…`: shown once, here.
     secret: String,
@@ -95,7 +95,7 @@ pub struct CreatedPartner {
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct PatchPartner {
+pub(crate) struct PatchPartner {
     enabled: Option<bool>,
     url: Option<String>,
     #[schema(min_items = 1)]
@@ -124,7 +124,7 @@ async fn check_url(state: &AppState, url: &str) -> Result<(), Error> {
 
 #[utoipa::path(post, path = "/v1/admin/partners", request_body = CreatePartner, security(("bearer" = [])),
     responses((status = 201, body = CreatedPartner), (status = 400, body = Problem), (status = 403, body = Problem)))]
-pub async fn create_partner(
+pub(crate) async fn create_partner(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(req): ApiJson<CreatePartner>,
@@ -159,13 +159,13 @@ pub async fn create_partner(
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct PartnerList {
+pub(crate) struct PartnerList {
     partners: Vec<Partner>,
 }
 
 #[utoipa::path(get, path = "/v1/admin/partners", security(("bearer" = [])),
     responses((status = 200, body = PartnerList), (status = 403, body = Problem)))]
-pub async fn list_partners(
+pub(crate) async fn list_partners(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<PartnerList>> {
@@ -180,7 +180,7 @@ pub async fn list_partners(
     params(("id" = Uuid, Path)),
     responses((status = 200, body = Partner), (status = 400, body = Problem), (status = 403, body = Problem),
               (status = 404, body = Problem)))]
-pub async fn patch_partner(
+pub(crate) async fn patch_partner(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
@@ -213,7 +213,7 @@ const ROTATION_GRACE_HOURS: i64 = 24;
 #[utoipa::path(post, path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
     params(("id" = Uuid, Path)),
     responses((status = 200, body = SecretResponse), (status = 403, body = Problem), (status = 404, body = Problem)))]
-pub async fn rotate_secret(
+pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
@@ -240,7 +240,7 @@ pub async fn rotate_secret(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct DeliveryParams {
+pub(crate) struct DeliveryParams {
     #[param(nullable = false)]
     state: Option<DeliveryState>,
     /// 1–1000, default 100.
@@ -249,13 +249,13 @@ pub struct DeliveryParams {
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct DeliveryList {
+pub(crate) struct DeliveryList {
     deliveries: Vec<Delivery>,
 }
 
 #[utoipa::path(get, path = "/v1/admin/deliveries", params(DeliveryParams), security(("bearer" = [])),
     responses((status = 200, body = DeliveryList), (status = 403, body = Problem)))]
-pub async fn list_deliveries(
+pub(crate) async fn list_deliveries(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(params): ApiQuery<DeliveryParams>,
@@ -270,7 +270,7 @@ pub async fn list_deliveries(
 
 /// A requeued delivery: due now, attempts reset.
 #[derive(Serialize, utoipa::ToSchema)]
-pub struct Requeued {
+pub(crate) struct Requeued {
     id: i64,
     state: DeliveryState,
 }
@@ -278,7 +278,7 @@ pub struct Requeued {
 #[utoipa::path(post, path = "/v1/admin/deliveries/{id}/requeue", security(("bearer" = [])),
     params(("id" = i64, Path)),
     responses((status = 200, body = Requeued), (status = 404, body = Problem), (status = 403, body = Problem)))]
-pub async fn requeue(
+pub(crate) async fn requeue(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<i64>,
@@ -299,7 +299,7 @@ pub async fn requeue(
 
 #[utoipa::path(get, path = "/v1/admin/stats", security(("bearer" = [])),
     responses((status = 200, body = Stats), (status = 403, body = Problem)))]
-pub async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Stats>> {
+pub(crate) async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Stats>> {
     caller.require(Role::Operator)?;
     let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
     let stats = deliveries::stats(&mut tx, caller.tenant_id).await?;

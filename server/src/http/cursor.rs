@@ -8,12 +8,12 @@ use serde::Serialize;
 
 use crate::error::Error;
 
-pub fn encode<T: Serialize>(key: &T) -> String {
+pub(super) fn encode<T: Serialize>(key: &T) -> String {
     URL_SAFE_NO_PAD.encode(serde_json::to_vec(key).unwrap_or_default())
 }
 
 /// Decodes `after=`; anything we did not mint is a 400 naming the parameter.
-pub fn decode<T: DeserializeOwned>(param: &str, cursor: &str) -> Result<T, Error> {
+pub(super) fn decode<T: DeserializeOwned>(param: &str, cursor: &str) -> Result<T, Error> {
     URL_SAFE_NO_PAD
         .decode(cursor)
         .ok()
@@ -22,7 +22,7 @@ pub fn decode<T: DeserializeOwned>(param: &str, cursor: &str) -> Result<T, Error
 }
 
 /// `limit=` within 1..=max, defaulting when absent.
-pub fn limit(requested: Option<i64>, default: i64, max: i64) -> Result<i64, Error> {
+pub(super) fn limit(requested: Option<i64>, default: i64, max: i64) -> Result<i64, Error> {
     match requested {
         None => Ok(default),
         Some(n) if (1..=max).contains(&n) => Ok(n),

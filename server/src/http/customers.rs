@@ -11,7 +11,10 @@ use crate::AppState;
 
 #[utoipa::path(get, path = "/v1/customers", security(("bearer" = [])),
     responses((status = 200, body = CustomerList), (status = 401, body = Problem)))]
-pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<CustomerList>> {
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<CustomerList>> {
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     let customers = crate::db::customers::list(&mut tx, caller.tenant_id).await?;
     tx.commit().await?;

@@ -11,7 +11,7 @@ use crate::error::{unavailable_cause, Error};
 pub type ApiResult<T> = Result<T, Error>;
 
 /// Renders a problem document with its status and content type.
-pub fn problem_response(problem: &Problem) -> Response {
+pub(super) fn problem_response(problem: &Problem) -> Response {
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = serde_json::to_vec(problem).unwrap_or_default();
     let mut response = (status, body).into_response();

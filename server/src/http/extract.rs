@@ -32,7 +32,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 }
 
 /// The raw body, with the body limit answered as a 413 problem.
-pub struct ApiBytes(pub Bytes);
+pub(crate) struct ApiBytes(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     type Rejection = Error;
@@ -45,7 +45,7 @@ impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     }
 }
 
-pub fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), Error> {
+pub(super) fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), Error> {
     let ok = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -65,7 +65,7 @@ pub fn require_json_content_type(headers: &axum::http::HeaderMap) -> Result<(), 
     }
 }
 
-pub fn body_rejection(rejection: BytesRejection) -> Error {
+pub(super) fn body_rejection(rejection: BytesRejection) -> Error {
     if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         Error::problem(
             ProblemCode::PayloadTooLarge,
@@ -91,7 +91,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
 
 /// [`parse_json`] without the U+0000 check, for a body whose parts are
 /// judged one by one (batch push: each item gets its own answer).
-pub fn parse_json_keeping_nul<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+pub(super) fn parse_json_keeping_nul<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     Ok(json::parse_keeping_nul(bytes)?)
 }
 

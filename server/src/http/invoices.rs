@@ -14,7 +14,7 @@ use crate::AppState;
 
 #[utoipa::path(get, path = "/v1/invoices/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Invoice), (status = 404, body = Problem), (status = 401, body = Problem)))]
-pub async fn get_one(
+pub(crate) async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,

@@ -31,13 +31,13 @@ use crate::engine::{self, batch, Outcome, Request, Step};
 use crate::error::Error;
 use crate::AppState;
 
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const REPLAYED: &str = "idempotent-replayed";
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const REPLAYED: &str = "idempotent-replayed";
 
 /// A REST mutation's body as sent: its key (checked here, once), its typed
 /// body and API.md's fingerprint of the request. The cheap checks run in the
 /// order API.md's table lists them, and none of them burns a key.
-pub struct Sent<B> {
+pub(crate) struct Sent<B> {
     key: IdempotencyKey,
     body: B,
     fingerprint: String,
@@ -159,7 +159,7 @@ macro_rules! mutation_route {
     ($name:ident, $method:ident, $path:literal, $body_ty:ty, $status:literal, $resp:ty,
      $ids:tt: $ids_ty:ty, $body:pat => $build:expr, [$($param:literal),*]) => {
         mutation_route!(@doc $method, $path, $body_ty, $status, $resp, [$($param),*],
-            pub async fn $name(
+            pub(crate) async fn $name(
                 State(state): State<AppState>,
                 caller: Caller,
                 ApiPath($ids): ApiPath<$ids_ty>,
@@ -172,7 +172,7 @@ macro_rules! mutation_route {
 }
 
 mutation_route!(@doc post, "/v1/orders", CreateOrder, 201, Order, [],
-pub async fn create_order(
+pub(crate) async fn create_order(
     State(state): State<AppState>,
     caller: Caller,
     sent: Sent<CreateOrder>,
@@ -221,7 +221,7 @@ mutation_route!(cancel, post, "/v1/orders/{id}/cancel", BaseVersion, 200, Order,
 /// The desktop's transport: up to 500 mutations, one result each, in order.
 #[utoipa::path(post, path = "/v1/sync/push", request_body = PushRequest, security(("bearer" = [])),
     responses((status = 200, body = PushResponse), (status = 400, body = Problem), (status = 401, body = Problem)))]
-pub async fn push(
+pub(crate) async fn push(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,

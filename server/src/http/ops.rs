@@ -10,7 +10,7 @@ use crate::AppState;
 /// The process is up.
 #[utoipa::path(get, path = "/healthz",
     responses((status = 200, description = "process up", content_type = "text/plain", body = String)))]
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
@@ -21,7 +21,7 @@ const READY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 #[utoipa::path(get, path = "/readyz",
     responses((status = 200, description = "ready", content_type = "text/plain", body = String),
               (status = 503, description = "database unreachable or migrations not applied", content_type = "text/plain", body = String)))]
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     // Bounded: a probe must answer even while Postgres restarts (the pool
     // would otherwise wait out its whole acquire timeout).
     let checked = tokio::time::timeout(
@@ -45,7 +45,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 #[utoipa::path(get, path = "/metrics",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
@@ -55,6 +55,6 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 
 #[utoipa::path(get, path = "/openapi.json",
     responses((status = 200, description = "this API as OpenAPI 3", body = Object)))]
-pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
 }

@@ -17,7 +17,7 @@ use crate::AppState;
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     /// draft, confirmed or cancelled.
     #[param(nullable = false)]
     status: Option<OrderStatus>,
@@ -31,7 +31,7 @@ pub struct ListParams {
 
 #[utoipa::path(get, path = "/v1/orders", params(ListParams), security(("bearer" = [])),
     responses((status = 200, body = OrdersPage), (status = 400, body = Problem), (status = 401, body = Problem)))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(params): ApiQuery<ListParams>,
@@ -57,7 +57,7 @@ pub async fn list(
 
 #[utoipa::path(get, path = "/v1/orders/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Order), (status = 404, body = Problem), (status = 401, body = Problem)))]
-pub async fn get_one(
+pub(crate) async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,

@@ -20,7 +20,7 @@ use crate::AppState;
               (status = 401, body = Problem, description = "`unauthorized`: wrong tenant, email or password (one answer for all)"),
               (status = 429, body = Problem, description = "`rate_limited`: too many recent failed sign-ins for this account or address",
                headers(("Retry-After" = u64, description = "seconds until a sign-in is considered again")))))]
-pub async fn login(
+pub(crate) async fn login(
     State(state): State<AppState>,
     ClientAddr(addr): ClientAddr,
     ApiJson(req): ApiJson<LoginRequest>,
@@ -59,7 +59,7 @@ pub async fn login(
 
 #[utoipa::path(delete, path = "/v1/sessions/current", security(("bearer" = [])),
     responses((status = 204), (status = 401, body = Problem)))]
-pub async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<StatusCode> {
+pub(crate) async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<StatusCode> {
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
     crate::db::sessions::revoke(&mut tx, &caller).await?;
     tx.commit().await?;

@@ -30,7 +30,7 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct PullParams {
+pub(crate) struct PullParams {
     /// The `cursor` of the previous pull; absent (or empty) for the first
     /// pull, which returns the whole current state before the changes.
     #[param(nullable = false)]
@@ -42,7 +42,7 @@ pub struct PullParams {
 
 #[utoipa::path(get, path = "/v1/sync/pull", params(PullParams), security(("bearer" = [])),
     responses((status = 200, body = PullResponse), (status = 400, body = Problem), (status = 401, body = Problem)))]
-pub async fn pull(
+pub(crate) async fn pull(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(params): ApiQuery<PullParams>,
@@ -74,7 +74,7 @@ pub async fn pull(
     responses((status = 200, content_type = "text/event-stream", body = String,
                description = "`event: changed` / `data: {\"cursor\"}` per commit; a comment at least every 15 s"),
               (status = 401, body = Problem)))]
-pub async fn stream(State(state): State<AppState>, caller: Caller) -> impl IntoResponse {
+pub(crate) async fn stream(State(state): State<AppState>, caller: Caller) -> impl IntoResponse {
     // Subscribed before the response starts, so a desk that sees the headers
     // hears every later commit.
     let subscription = state.hub.subscribe(caller.tenant_id);

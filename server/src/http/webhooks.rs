@@ -32,7 +32,7 @@ fn bad_signature() -> Error {
 /// An inbound event as providers send it (API.md, "Inbound webhooks");
 /// `data`'s members depend on `type`. Providers may add members we do not use.
 #[derive(serde::Deserialize, utoipa::ToSchema)]
-pub struct InboundEvent {
+pub(crate) struct InboundEvent {
     /// `inventory.received`, `inventory.adjusted` or `payment.succeeded`.
     #[serde(rename = "type")]
     pub type_: String,
@@ -42,14 +42,14 @@ pub struct InboundEvent {
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Ack {
+pub(crate) enum Ack {
     Processed,
     /// Already processed under this `webhook-id`; nothing was done again.
     Duplicate,
 }
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
-pub struct WebhookAck {
+pub(crate) struct WebhookAck {
     pub status: Ack,
 }
 
@@ -63,7 +63,7 @@ pub struct WebhookAck {
               (status = 400, body = Problem), (status = 404, body = Problem),
               (status = 422, body = Problem),
               (status = 500, body = Problem, description = "our failure; the provider redelivers")))]
-pub async fn receive(
+pub(crate) async fn receive(
     State(state): State<AppState>,
     ApiPath((tenant, provider)): ApiPath<(String, String)>,
     headers: HeaderMap,

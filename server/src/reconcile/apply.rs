@@ -27,7 +27,7 @@ pub struct Applied {
 
 /// Decides every SKU still undecided or refused (a refusal is retried: the
 /// allocations in its way may have been released since).
-pub async fn apply(
+pub(super) async fn apply(
     db: &PgPool,
     run: &Run,
     progress: &mut Progress,
@@ -102,7 +102,7 @@ pub async fn apply(
 }
 
 /// SKUs still to decide (for the progress bar's total).
-pub async fn remaining(db: &PgPool, run: &Run) -> Result<i64, sqlx::Error> {
+pub(super) async fn remaining(db: &PgPool, run: &Run) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "select count(*) from reconcile_counts
           where tenant_id = $1 and run_id = $2 and (outcome is null or outcome = 'refused')",

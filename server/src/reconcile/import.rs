@@ -15,7 +15,7 @@ use super::{Hold, TestHold};
 
 /// A reconcile run: one per tenant and file contents.
 #[derive(Debug, Clone)]
-pub struct Run {
+pub(super) struct Run {
     pub tenant_id: Uuid,
     pub id: Uuid,
     pub records: i64,
@@ -31,7 +31,7 @@ pub struct Imported {
 }
 
 /// Finds the run for these bytes, or starts one.
-pub async fn open_run(
+pub(super) async fn open_run(
     db: &PgPool,
     tenant_id: Uuid,
     snapshot: &Snapshot,
@@ -72,7 +72,7 @@ pub async fn open_run(
 }
 
 /// Imports every record not yet committed, `page_size` per transaction.
-pub async fn import(
+pub(super) async fn import(
     db: &PgPool,
     run: &Run,
     snapshot: &Snapshot,

@@ -27,13 +27,13 @@ use crate::AppState;
 
 /// The `?requeued=` / `?not_requeued=` the requeue button redirects with.
 #[derive(Deserialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub(super) requeued: Option<i64>,
     pub(super) not_requeued: Option<i64>,
 }
 
 /// `GET /admin`
-pub async fn page(
+pub(crate) async fn page(
     State(state): State<AppState>,
     headers: HeaderMap,
     notice: Result<Query<Notice>, QueryRejection>,
@@ -49,7 +49,7 @@ pub async fn page(
 }
 
 /// `GET /admin/login`
-pub async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> PageResult {
+pub(crate) async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> PageResult {
     if session(&state, &headers).await?.is_some() {
         return Ok(redirect("/admin"));
     }
@@ -57,7 +57,7 @@ pub async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Pa
 }
 
 #[derive(Deserialize)]
-pub struct LoginForm {
+pub(crate) struct LoginForm {
     #[serde(default)]
     tenant: String,
     #[serde(default)]
@@ -69,7 +69,7 @@ pub struct LoginForm {
 }
 
 /// `POST /admin/login`
-pub async fn login(
+pub(crate) async fn login(
     State(state): State<AppState>,
     crate::http::ClientAddr(addr): crate::http::ClientAddr,
     headers: HeaderMap,
@@ -153,13 +153,13 @@ pub async fn login(
 }
 
 #[derive(Deserialize)]
-pub struct CsrfForm {
+pub(crate) struct CsrfForm {
     #[serde(default)]
     csrf: String,
 }
 
 /// `POST /admin/logout`
-pub async fn logout(
+pub(crate) async fn logout(
     State(state): State<AppState>,
     headers: HeaderMap,
     form: Result<Form<CsrfForm>, FormRejection>,
@@ -178,7 +178,7 @@ pub async fn logout(
 }
 
 /// `POST /admin/deliveries/{id}/requeue`
-pub async fn requeue(
+pub(crate) async fn requeue(
     State(state): State<AppState>,
     headers: HeaderMap,
     id: Result<Path<i64>, PathRejection>,

@@ -32,7 +32,7 @@ pub(crate) use handlers::{login, login_form, logout, page, requeue};
 /// A failure while rendering, logged once here: the database being
 /// unavailable is a 503 page with `Retry-After` (as the API answers it),
 /// anything else a bare 500 page.
-pub struct PageError(anyhow::Error);
+pub(crate) struct PageError(anyhow::Error);
 
 impl<E: Into<anyhow::Error>> From<E> for PageError {
     fn from(e: E) -> Self {
