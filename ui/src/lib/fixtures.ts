@@ -7,7 +7,7 @@
  * computing them: those rules live in client/src/conflict.rs and engine.rs,
  * and their tests are the Rust ones.
  */
-import type { ConflictView, Customer, FieldDiff, Order, RejectionChoice, RejectionView, Sku, Uuid } from './backend';
+import type { ConflictView, Customer, FieldDiff, JsonValue, Order, RejectionChoice, RejectionView, Sku, Uuid } from './backend';
 
 export const DEMO_PASSWORD = 'holdfast-demo';
 export const LONG_CUSTOMER = 'Brightwater & Sons Mercantile Company of Greater Northern Ontario';
@@ -72,7 +72,7 @@ export function demoSkus(): Sku[] {
 /** One field of a conflict, with the engine's verdict spelled out. */
 export function fieldDiff(
   field: string,
-  values: { base: unknown; mine: unknown; theirs: unknown },
+  values: { base: JsonValue; mine: JsonValue; theirs: JsonValue },
   verdict: { mine_changed: boolean; theirs_changed: boolean; collides: boolean },
 ): FieldDiff {
   return {
@@ -82,7 +82,7 @@ export function fieldDiff(
     theirs: values.theirs,
     ...verdict,
     quantity: field.startsWith('line:'),
-  } as FieldDiff;
+  };
 }
 
 /** A conflict as the engine reports it: three documents and the fields that differ. */
@@ -114,7 +114,7 @@ export interface RejectionFixture {
   http_status: number;
   code: RejectionView['code'];
   detail: string | null;
-  facts: Record<string, unknown>;
+  facts: Record<string, JsonValue>;
   choices: RejectionChoice[];
 }
 

@@ -225,7 +225,7 @@ export class MockBackend implements Backend {
       kind: act.kind,
       created_at: this.now(),
       ...clone(problem),
-    } as RejectionView;
+    };
     this.refusals.push({ view, act: { ...act } });
     this.poke();
     return clone(view);
