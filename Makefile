@@ -1,5 +1,5 @@
 # Holdfast: `make run` to try it, `make test` to check it. See README.md.
-.PHONY: run test deps server fmt bench desktop-bundle
+.PHONY: run test deps server fmt bench desktop-bundle ui-types
 
 deps:
 	@scripts/deps.sh
@@ -30,6 +30,12 @@ chaos-broken: deps
 
 fmt:
 	cargo fmt --all
+
+## Rewrite ui/src/lib/generated/ from the Rust types (src-tauri/tests/ui_types.rs;
+## `make test` fails while they are out of step). Compiling the desktop crate needs ui/dist.
+ui-types:
+	@[ -d ui/dist ] || (cd ui && npm ci --no-audit --no-fund && npm run build)
+	HOLDFAST_WRITE_UI_TYPES=1 cargo test --locked -p holdfast-desktop --test ui_types
 
 ## The desktop app's .deb and AppImage: make desktop-bundle [BUNDLES=deb]
 ## (into target/release/bundle/). tauri-cli is pinned to the family of the

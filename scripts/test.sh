@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # The UI first: generate_context! embeds ui/dist when src-tauri compiles.
 echo "== ui"
-(cd ui && npm ci --no-audit --no-fund && npm test && npm run build)
+(cd ui && npm ci --no-audit --no-fund && npm test && npm run check && npm run build)
 
 echo "== fmt"
 cargo fmt --all --check

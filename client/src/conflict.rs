@@ -129,7 +129,7 @@ pub fn fields_of(act: &Act) -> Vec<Field> {
 }
 
 /// One field of a conflict.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct FieldDiff {
     pub field: String,
     pub base: Value,
@@ -175,7 +175,7 @@ pub fn diff(base: &Order, mine: &Order, theirs: &Order, touched: &[Field]) -> Ve
 }
 
 /// A conflict as the user sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct ConflictView {
     pub order_id: Uuid,
     /// Who changed the order on the server, and when.
@@ -194,7 +194,7 @@ pub struct ConflictView {
 }
 
 /// Which side wins a field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Choice {
     Mine,
@@ -202,7 +202,7 @@ pub enum Choice {
 }
 
 /// What the user decided about a conflict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Resolution {
     /// Re-issue my changes on the current version (only if nothing collides).

@@ -135,7 +135,7 @@ pub fn shows(row: &Row) -> bool {
 }
 
 /// How an order stands with the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Badge {
     Synced,
@@ -145,7 +145,7 @@ pub enum Badge {
 }
 
 /// One pending act as the screen marks it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct PendingMark {
     pub seq: i64,
     pub idempotency_key: String,
@@ -173,7 +173,7 @@ impl PendingMark {
 }
 
 /// An order as the user sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct OrderView {
     /// The server's document with the pending acts applied.
     pub order: Order,
@@ -189,7 +189,7 @@ pub struct OrderView {
 /// One row of the order desk: an order as the user sees it, without its
 /// lines and pending acts. A desk lists every order, and tens of thousands
 /// of whole documents are too much to hand the UI at once (bench item 9h).
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct OrderSummary {
     pub order: OrderHead,
     pub badge: Badge,
@@ -201,7 +201,7 @@ pub struct OrderSummary {
 }
 
 /// An order's header: its document without the lines.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct OrderHead {
     pub id: Uuid,
     pub customer_id: Uuid,
@@ -280,7 +280,7 @@ pub fn order_view(mirror: Option<Order>, rows: &[Row], me: &Me) -> Option<OrderV
 
 /// A SKU as the user sees it: the server's position less what the user's
 /// pending acts will allocate (plus what they will release).
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct SkuView {
     #[serde(flatten)]
     pub sku: Sku,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 // ---------------------------------------------------------------- documents
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OrderStatus {
     Draft,
@@ -36,7 +36,7 @@ impl OrderStatus {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Line {
     pub id: Uuid,
     pub sku_id: Uuid,
@@ -44,7 +44,7 @@ pub struct Line {
     pub qty_allocated: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Order {
     pub id: Uuid,
     pub customer_id: Uuid,
@@ -62,7 +62,7 @@ pub struct Order {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Sku {
     pub id: Uuid,
     pub style: String,
@@ -77,7 +77,7 @@ pub struct Sku {
     pub ats: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Customer {
     pub id: Uuid,
     pub name: String,
@@ -232,12 +232,13 @@ pub struct CreateOrder {
 
 /// The header fields a PATCH may set (at least one); an absent field is left
 /// alone, a null clears it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderHeaderSet {
     /// A customer cannot be cleared: null means "leave it".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
+    #[ts(optional)]
     pub customer_id: Option<Uuid>,
     #[serde(
         default,
@@ -245,6 +246,7 @@ pub struct OrderHeaderSet {
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, max_length = 100)]
+    #[ts(optional)]
     pub customer_po: Option<Option<String>>,
     #[serde(
         default,
@@ -252,6 +254,7 @@ pub struct OrderHeaderSet {
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<NaiveDate>)]
+    #[ts(optional)]
     pub ship_window_start: Option<Option<NaiveDate>>,
     #[serde(
         default,
@@ -259,6 +262,7 @@ pub struct OrderHeaderSet {
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<NaiveDate>)]
+    #[ts(optional)]
     pub ship_window_end: Option<Option<NaiveDate>>,
     #[serde(
         default,
@@ -266,6 +270,7 @@ pub struct OrderHeaderSet {
         skip_serializing_if = "Option::is_none"
     )]
     #[schema(value_type = Option<String>, max_length = 4000)]
+    #[ts(optional)]
     pub notes: Option<Option<String>>,
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 /// Every problem code in API.md's error table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemCode {
     MalformedJson,

@@ -20,6 +20,8 @@ use crate::SignedIn;
 
 /// `engine::NewOrder` as the UI sends it (the engine's type is not
 /// `Deserialize`: it is the engine's API, not a wire document).
+#[derive(ts_rs::TS)]
+#[ts(rename = "NewOrder")]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewOrderArgs {

@@ -6,11 +6,17 @@ use holdfast_client::api::ApiError;
 use holdfast_client::Error;
 use serde::Serialize;
 
+#[derive(ts_rs::TS)]
+#[ts(rename = "BackendError")]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CommandError {
+    #[ts(
+        type = r#""offline" | "not_signed_in" | "unauthorized" | "busy" | "not_found" | "invalid" | "resolve" | "internal""#
+    )]
     pub kind: &'static str,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional, as = "Option<holdfast_protocol::problem::ProblemCode>")]
     pub code: Option<String>,
 }
 

@@ -1,8 +1,13 @@
 // The conflict view over the mock: one-click rebase for disjoint fields; a
-// choice per colliding field, quantities never chosen for the user.
+// choice per colliding field, quantities never chosen for the user. The
+// conflicts are the engine's verdicts as fixtures (which fields collide is
+// client/src/conflict.rs's rule, tested in Rust).
 import { screen, waitFor, within } from '@testing-library/svelte';
 import { describe, expect, test, vi } from 'vitest';
+import type { FieldDiff, Order } from '../src/lib/backend';
 import ConflictView from '../src/components/ConflictView.svelte';
+import { conflictFixture, fieldDiff } from '../src/lib/fixtures';
+import type { MockBackend } from '../src/lib/mock';
 import { customer, mockBackend, renderScreen, sku, waitFocus } from './helpers';
 
 function setup() {
@@ -14,6 +19,17 @@ function setup() {
   return { m, o, line: `line:${o.lines[0].id}` };
 }
 
+/** The engine's report of the conflict on `o`: this desk's acts against the server's document now. */
+async function putConflict(m: MockBackend, base: Order, fields: FieldDiff[]) {
+  const mine = (await m.getOrder(base.id))!;
+  m.putConflict(conflictFixture({ base, mine: mine.order, theirs: m.server.orders.get(base.id)!, held: mine.pending.length, fields }));
+}
+
+const lineValue = (o: Order, qty: number) => ({ sku_id: o.lines[0].sku_id, qty_ordered: qty, qty_allocated: 0 });
+const mineOnly = { mine_changed: true, theirs_changed: false, collides: false };
+const theirsOnly = { mine_changed: false, theirs_changed: true, collides: false };
+const both = { mine_changed: true, theirs_changed: true, collides: true };
+
 const row = (field: string) => document.querySelector(`tr[data-field="${field}"]`) as HTMLElement;
 
 describe('conflict view', () => {
@@ -21,7 +37,10 @@ describe('conflict view', () => {
     const { m, o } = setup();
     await m.editOrder(o.id, { notes: 'rush' });
     m.remoteEditOrder(o.id, { customer_po: 'AB-2' });
-    await m.syncNow();
+    await putConflict(m, o, [
+      fieldDiff('customer_po', { base: 'AB-1', mine: 'AB-1', theirs: 'AB-2' }, theirsOnly),
+      fieldDiff('notes', { base: null, mine: 'rush', theirs: null }, mineOnly),
+    ]);
     const onclose = vi.fn();
     const { user } = renderScreen(ConflictView, { orderId: o.id, onclose }, m);
 
@@ -36,8 +55,6 @@ describe('conflict view', () => {
     await user.keyboard('{Alt>}b{/Alt}');
     await waitFor(() => expect(onclose).toHaveBeenCalledWith(true));
     expect(m.calls.find((c) => c.name === 'resolveConflict')?.args).toEqual([o.id, 'rebase']);
-    await m.syncNow();
-    expect(m.server.orders.get(o.id)).toMatchObject({ notes: 'rush', customer_po: 'AB-2' });
   });
 
   test('same fields: no rebase; the quantity needs a choice even though both typed 8', async () => {
@@ -46,7 +63,10 @@ describe('conflict view', () => {
     await m.changeLine(o.id, o.lines[0].id, 8);
     m.remoteEditOrder(o.id, { notes: 'hold for payment' });
     m.remoteChangeLine(o.id, o.lines[0].id, 8);
-    await m.syncNow();
+    await putConflict(m, o, [
+      fieldDiff('notes', { base: null, mine: 'rush', theirs: 'hold for payment' }, both),
+      fieldDiff(line, { base: lineValue(o, 5), mine: lineValue(o, 8), theirs: lineValue(o, 8) }, both),
+    ]);
     const onclose = vi.fn();
     const { user } = renderScreen(ConflictView, { orderId: o.id, onclose }, m);
 
@@ -78,15 +98,13 @@ describe('conflict view', () => {
     await user.keyboard('{Control>}{Enter}{/Control}');
     await waitFor(() => expect(onclose).toHaveBeenCalledWith(true));
     expect(m.calls.find((c) => c.name === 'resolveConflict')?.args).toEqual([o.id, { choose: { notes: 'theirs', [line]: 'mine' } }]);
-    await m.syncNow();
-    expect(m.server.orders.get(o.id)).toMatchObject({ notes: 'hold for payment' });
   });
 
   test('discarding asks first', async () => {
     const { m, o } = setup();
     await m.editOrder(o.id, { notes: 'rush' });
     m.remoteEditOrder(o.id, { notes: 'hold' });
-    await m.syncNow();
+    await putConflict(m, o, [fieldDiff('notes', { base: null, mine: 'rush', theirs: 'hold' }, both)]);
     const onclose = vi.fn();
     const { user } = renderScreen(ConflictView, { orderId: o.id, onclose }, m);
     await user.click(await screen.findByRole('button', { name: 'Discard my changes' }));

@@ -1,6 +1,7 @@
 // Rejections, the printable pending list, the help overlay and sign-in.
 import { screen, waitFor, within } from '@testing-library/svelte';
 import { describe, expect, test } from 'vitest';
+import { insufficientAts } from '../src/lib/fixtures';
 import { SHORTCUTS } from '../src/lib/keys';
 import { MockBackend } from '../src/lib/mock';
 import { customer, mockBackend, renderApp, sku, waitFocus } from './helpers';
@@ -8,11 +9,13 @@ import { customer, mockBackend, renderApp, sku, waitFocus } from './helpers';
 describe('rejected allocation', () => {
   test('shows the ATS now and reduces to it from the order', async () => {
     const m = mockBackend();
-    const id = await m.createOrder({ customer_id: customer(m, 'Austin Boutique').id, customer_po: 'AB', ship_window_start: null, ship_window_end: null, notes: null });
     const kestrel = sku(m, 'Kestrel Overshirt', 'Washed Indigo', 'M');
-    const line = await m.addLine(id, kestrel.id, 9);
-    await m.allocate(id, line, 9);
-    await m.syncNow();
+    const o = m.remoteCreateOrder(
+      { customer_id: customer(m, 'Austin Boutique').id, customer_po: 'AB', ship_window_start: null, ship_window_end: null, notes: null },
+      [[kestrel.id, 9, 0]],
+    );
+    // The server refused allocating all 9: the engine's report, as a fixture.
+    m.putRejection(o.id, { kind: 'allocate', line_id: o.lines[0].id, qty: 9 }, insufficientAts({ skuId: kestrel.id, requested: 9, atsNow: 6 }));
     const { user } = renderApp(m);
     await waitFocus(await screen.findByRole('listbox', { name: /Orders/ }));
     await user.keyboard('{Enter}');
@@ -46,8 +49,9 @@ describe('printable pending list', () => {
     await screen.findByRole('listbox', { name: /Orders/ });
     await user.keyboard('{Alt>}p{/Alt}');
     await screen.findByRole('heading', { name: 'Changes not yet on the server' });
-    await waitFor(() => expect(document.querySelectorAll('tr[data-seq]')).toHaveLength(m.rows.length));
-    expect(m.rows.length).toBe(5);
+    const pending = await m.listPending();
+    await waitFor(() => expect(document.querySelectorAll('tr[data-seq]')).toHaveLength(pending.length));
+    expect(pending.length).toBe(5);
     expect(screen.getByText('Harbour & Pine')).toBeTruthy();
     expect(screen.getByText(/new order, PO HP-77/)).toBeTruthy();
     await user.keyboard('{Control>}p{/Control}');

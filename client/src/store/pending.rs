@@ -44,6 +44,8 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
     create index pending_order on pending (order_id, seq);",
 )];
 
+#[derive(ts_rs::TS)]
+#[ts(rename = "PendingStatus")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {

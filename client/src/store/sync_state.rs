@@ -38,7 +38,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
 )];
 
 /// Who is signed in on this store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Profile {
     pub server_url: String,
     pub tenant_slug: String,

@@ -6,8 +6,8 @@
  *   `@tauri-apps/api`, over the src-tauri shell, which forwards each command
  *   to one `holdfast_client::Engine` call and each engine event to a Tauri
  *   event. Used inside the desktop app.
- * - `MockBackend` (`./mock.ts`): an in-memory engine and server, used by the
- *   Vitest suite and by `npm run dev` in a plain browser.
+ * - `MockBackend` (`./mock.ts`): canned data and a record of calls, used by
+ *   the Vitest suite and by `npm run dev` in a plain browser.
  *
  * # The contract with src-tauri (names are exact)
  *
@@ -65,127 +65,65 @@
 import { invoke } from '@tauri-apps/api/core';
 import { listen } from '@tauri-apps/api/event';
 
-// ---------------------------------------------------------------- documents (API.md)
+// ---------------------------------------------------------------- the types that cross (generated)
+
+// Rendered from the Rust types by `make ui-types` into ./generated/ (ts-rs);
+// a Rust test (src-tauri/tests/ui_types.rs) fails when they drift.
+import type { BackendError } from './generated/BackendError';
+import type { Badge } from './generated/Badge';
+import type { Choice } from './generated/Choice';
+import type { ConflictView } from './generated/ConflictView';
+import type { Customer } from './generated/Customer';
+import type { FieldDiff } from './generated/FieldDiff';
+import type { Line } from './generated/Line';
+import type { NewOrder } from './generated/NewOrder';
+import type { Order } from './generated/Order';
+import type { OrderHead } from './generated/OrderHead';
+import type { OrderHeaderSet } from './generated/OrderHeaderSet';
+import type { OrderStatus } from './generated/OrderStatus';
+import type { OrderSummary } from './generated/OrderSummary';
+import type { OrderView } from './generated/OrderView';
+import type { PendingMark } from './generated/PendingMark';
+import type { PendingStatus } from './generated/PendingStatus';
+import type { ProblemCode } from './generated/ProblemCode';
+import type { Profile } from './generated/Profile';
+import type { Resolution } from './generated/Resolution';
+import type { Sku } from './generated/Sku';
+import type { SkuView } from './generated/SkuView';
+import type { JsonValue } from './generated/serde_json/JsonValue';
+
+export type {
+  BackendError,
+  Badge,
+  Choice,
+  ConflictView,
+  Customer,
+  FieldDiff,
+  JsonValue,
+  Line,
+  NewOrder,
+  Order,
+  OrderHead,
+  OrderHeaderSet,
+  OrderStatus,
+  OrderSummary,
+  OrderView,
+  PendingMark,
+  PendingStatus,
+  ProblemCode,
+  Profile,
+  Resolution,
+  Sku,
+  SkuView,
+};
 
 export type Uuid = string;
-/** `YYYY-MM-DD`. */
-export type IsoDate = string;
-/** RFC 3339 UTC. */
-export type Timestamp = string;
 
-export type OrderStatus = 'draft' | 'confirmed' | 'cancelled';
+// ---------------------------------------------------------------- written by hand (engine.rs)
 
-export interface Line {
-  id: Uuid;
-  sku_id: Uuid;
-  qty_ordered: number;
-  qty_allocated: number;
-}
-
-export interface Order {
-  id: Uuid;
-  customer_id: Uuid;
-  customer_po: string | null;
-  ship_window_start: IsoDate | null;
-  ship_window_end: IsoDate | null;
-  notes: string | null;
-  status: OrderStatus;
-  version: number;
-  invoice_id: Uuid | null;
-  lines: Line[];
-  updated_at: Timestamp;
-  updated_by: Uuid;
-  updated_by_name: string;
-  created_at: Timestamp;
-}
-
-export interface Sku {
-  id: Uuid;
-  style: string;
-  color: string;
-  size: string;
-  /** Minor units (cents). */
-  wholesale_price: number;
-  msrp: number;
-  on_hand: number;
-  on_order: number;
-  allocated: number;
-  /** on_hand + on_order − allocated, as the server last said. */
-  ats: number;
-}
-
-export interface Customer {
-  id: Uuid;
-  name: string;
-  /** Minor units; null = no limit. */
-  credit_limit: number | null;
-}
-
-// ---------------------------------------------------------------- engine views (client/src/view.rs, engine.rs, conflict.rs)
-
-/** `view::SkuView`: the SKU (flattened) plus what the user's pending acts do to it. */
-export interface SkuView extends Sku {
-  /** ATS after this desk's pending allocations: what the user can still promise. */
-  ats_local: number;
-  /** Net units the pending acts allocate (negative: release). */
-  pending_allocation: number;
-}
-
-/** `view::Badge`. */
-export type Badge = 'synced' | 'pending' | 'conflict' | 'rejected';
-
-/** `store::pending::Status`. */
-export type PendingStatus = 'queued' | 'conflict' | 'rejected';
-
-/** `view::PendingMark`: one act not yet on the server. */
-export interface PendingMark {
-  seq: number;
-  idempotency_key: string;
-  /** `create_order`, `edit_order`, `add_line`, `change_line`, `remove_line`, `allocate`, `release`, `confirm`, `cancel`. */
-  kind: string;
-  description: string;
-  status: PendingStatus;
-  attempts: number;
-  last_error: string | null;
-  /** Unix milliseconds. */
-  created_at: number;
-}
-
-/** `view::OrderView`: the server's order with the pending acts applied. */
-export interface OrderView {
-  order: Order;
-  /** The version the server last told us; null: the server has not seen it yet. */
-  server_version: number | null;
-  badge: Badge;
-  pending: PendingMark[];
-  /** Fields the pending acts touch: `notes`, `status`, `line:<id>`, … */
-  pending_fields: string[];
-}
-
-/**
- * `view::OrderSummary`: one desk row — the order's header (no lines), its
- * badge and counts. A desk lists every order; whole documents for tens of
- * thousands of them would be too much to hand over at once.
- */
-export interface OrderSummary {
-  order: Omit<Order, 'lines'>;
-  badge: Badge;
-  pending_count: number;
-  line_count: number;
-  /** Units ordered over all lines. */
-  units: number;
-}
-
-/** `store::sync_state::Profile`. */
-export interface Profile {
-  server_url: string;
-  tenant_slug: string;
-  tenant_name: string;
-  user_id: Uuid;
-  user_email: string;
-  user_name: string;
-  device_name: string;
-}
+// TODO(lead): derive — these live in client/src/engine.rs, which was being
+// refactored when the generated types came in; add `#[derive(ts_rs::TS)]`
+// there, list them in src-tauri/tests/ui_types.rs and import them above.
 
 /** `engine::Status`: the sync status line. */
 export interface SyncStatus {
@@ -195,52 +133,15 @@ export interface SyncStatus {
   /** Whether the last pass reached the server; null: no pass yet. */
   online: boolean | null;
   pending: number;
-  oldest_pending_at: Timestamp | null;
+  /** RFC 3339 UTC. */
+  oldest_pending_at: string | null;
   oldest_pending_age_secs: number | null;
-  last_synced_at: Timestamp | null;
+  last_synced_at: string | null;
   conflicts: number;
   rejections: number;
-  next_attempt_at: Timestamp | null;
+  next_attempt_at: string | null;
   last_error: string | null;
 }
-
-/** `conflict::FieldDiff`. Values are JSON: a header field's value, or for
- * `line:<id>` `{"sku_id","qty_ordered","qty_allocated"}` or null (absent). */
-export interface FieldDiff {
-  field: string;
-  base: unknown;
-  mine: unknown;
-  theirs: unknown;
-  mine_changed: boolean;
-  theirs_changed: boolean;
-  /** Both changed it differently, or it is a quantity both touched. */
-  collides: boolean;
-  quantity: boolean;
-}
-
-/** `conflict::ConflictView`. */
-export interface ConflictView {
-  order_id: Uuid;
-  /** Who changed the order on the server, and when. */
-  changed_by: string;
-  changed_at: Timestamp;
-  your_base_version: number;
-  current_version: number;
-  fields: FieldDiff[];
-  /** Nothing collides: re-issuing my changes on theirs keeps both. */
-  can_rebase: boolean;
-  /** How many of the user's acts on this order wait for the resolution. */
-  held: number;
-  base: Order;
-  mine: Order;
-  theirs: Order;
-}
-
-/** `conflict::Choice`. */
-export type Choice = 'mine' | 'theirs';
-
-/** `conflict::Resolution` (serde, externally tagged, snake_case). */
-export type Resolution = 'rebase' | 'discard_mine' | { choose: Record<string, Choice> };
 
 /** `engine::RejectionChoice` (serde, tag = "choice"). */
 export type RejectionChoice =
@@ -258,12 +159,11 @@ export interface RejectionView {
   act: string;
   kind: string;
   http_status: number;
-  /** The API.md problem code: `insufficient_ats`, `over_allocation`, `invalid_state`, … */
-  code: string;
+  code: ProblemCode;
   detail: string | null;
   /** Problem extension members (`ats_available`, `requested`, …) plus
    * `ats_now` (the SKU's ATS as last pulled) and `sku_id` for allocations. */
-  facts: Record<string, unknown>;
+  facts: Record<string, JsonValue>;
   choices: RejectionChoice[];
   /** Unix milliseconds. */
   created_at: number;
@@ -285,47 +185,17 @@ export interface SignInArgs {
   discardPending: boolean;
 }
 
-/** `engine::NewOrder`. */
-export interface NewOrder {
-  customer_id: Uuid;
-  customer_po: string | null;
-  ship_window_start: IsoDate | null;
-  ship_window_end: IsoDate | null;
-  notes: string | null;
-}
-
-/** `protocol::model::OrderHeaderSet`: absent = unchanged, null = cleared. */
-export interface OrderHeaderSet {
-  customer_id?: Uuid;
-  customer_po?: string | null;
-  ship_window_start?: IsoDate | null;
-  ship_window_end?: IsoDate | null;
-  notes?: string | null;
-}
-
 // ---------------------------------------------------------------- errors
 
-/**
- * What a failed command rejects with. The shell maps `holdfast_client::Error`:
+/*
+ * A failed command rejects with a {@link BackendError} (src-tauri's
+ * `CommandError`). The shell maps `holdfast_client::Error`:
  * `Api(e) if e.is_transient()` → `offline`; `NotSignedIn` → `not_signed_in`;
  * `Unauthorized` (and a 401 on sign-in) → `unauthorized`; `Busy` → `busy`;
  * `NotFound` → `not_found`; `Invalid` → `invalid`; `Resolve` → `resolve`;
  * anything else → `internal`. `message` is the error's Display text, for
  * people; `code` is the API.md problem code when the server sent one.
  */
-export interface BackendError {
-  kind:
-    | 'offline'
-    | 'not_signed_in'
-    | 'unauthorized'
-    | 'busy'
-    | 'not_found'
-    | 'invalid'
-    | 'resolve'
-    | 'internal';
-  message: string;
-  code?: string;
-}
 
 /** Turns whatever a command threw into a {@link BackendError}. */
 export function toBackendError(e: unknown): BackendError {
