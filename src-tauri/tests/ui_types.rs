@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use holdfast_client::conflict::{Choice, ConflictView, FieldDiff, Resolution};
+use holdfast_client::engine::{RejectionChoice, RejectionView, Status as SyncStatus};
 use holdfast_client::store::pending::Status as PendingStatus;
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
@@ -60,6 +61,9 @@ fn render() -> BTreeMap<PathBuf, String> {
         FieldDiff,
         Choice,
         Resolution,
+        SyncStatus,
+        RejectionView,
+        RejectionChoice,
         // command arguments and errors (src-tauri)
         NewOrderArgs,
         CommandError,

@@ -15,7 +15,7 @@ use crate::act::Act;
 use crate::store::{now_ms, orders, pending, rejections, skus, StoreError};
 
 /// What the user may do about a rejected act.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "choice", rename_all = "snake_case")]
 pub enum RejectionChoice {
     /// Allocate what is there instead (a new act).
@@ -40,7 +40,7 @@ impl RejectionChoice {
 }
 
 /// A rejected act with its facts and choices.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct RejectionView {
     pub id: i64,
     pub order_id: Uuid,

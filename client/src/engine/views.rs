@@ -18,7 +18,8 @@ use crate::store::{
 use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
 
 /// The sync status line.
-#[derive(Debug, Clone, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
+#[ts(rename = "SyncStatus")]
 pub struct Status {
     pub store: String,
     pub signed_in: Option<Profile>,

@@ -87,9 +87,12 @@ import type { PendingMark } from './generated/PendingMark';
 import type { PendingStatus } from './generated/PendingStatus';
 import type { ProblemCode } from './generated/ProblemCode';
 import type { Profile } from './generated/Profile';
+import type { RejectionChoice } from './generated/RejectionChoice';
+import type { RejectionView } from './generated/RejectionView';
 import type { Resolution } from './generated/Resolution';
 import type { Sku } from './generated/Sku';
 import type { SkuView } from './generated/SkuView';
+import type { SyncStatus } from './generated/SyncStatus';
 import type { JsonValue } from './generated/serde_json/JsonValue';
 
 export type {
@@ -112,62 +115,15 @@ export type {
   PendingStatus,
   ProblemCode,
   Profile,
+  RejectionChoice,
+  RejectionView,
   Resolution,
   Sku,
   SkuView,
+  SyncStatus,
 };
 
 export type Uuid = string;
-
-// ---------------------------------------------------------------- written by hand (engine.rs)
-
-// TODO(lead): derive — these live in client/src/engine.rs, which was being
-// refactored when the generated types came in; add `#[derive(ts_rs::TS)]`
-// there, list them in src-tauri/tests/ui_types.rs and import them above.
-
-/** `engine::Status`: the sync status line. */
-export interface SyncStatus {
-  store: string;
-  signed_in: Profile | null;
-  token_store: string;
-  /** Whether the last pass reached the server; null: no pass yet. */
-  online: boolean | null;
-  pending: number;
-  /** RFC 3339 UTC. */
-  oldest_pending_at: string | null;
-  oldest_pending_age_secs: number | null;
-  last_synced_at: string | null;
-  conflicts: number;
-  rejections: number;
-  next_attempt_at: string | null;
-  last_error: string | null;
-}
-
-/** `engine::RejectionChoice` (serde, tag = "choice"). */
-export type RejectionChoice =
-  | { choice: 'reduce_to_ats'; qty: number }
-  | { choice: 'remove_line' }
-  | { choice: 'try_again' }
-  | { choice: 'dismiss' };
-
-/** `engine::RejectionView`: an act the server refused, with its facts and choices. */
-export interface RejectionView {
-  id: number;
-  order_id: Uuid;
-  idempotency_key: string;
-  /** The act, described. */
-  act: string;
-  kind: string;
-  http_status: number;
-  code: ProblemCode;
-  detail: string | null;
-  /** Problem extension members (`ats_available`, `requested`, …) plus
-   * `ats_now` (the SKU's ATS as last pulled) and `sku_id` for allocations. */
-  facts: Record<string, JsonValue>;
-  choices: RejectionChoice[];
-  /** Unix milliseconds. */
-  created_at: number;
-}
 
 /** `engine::pending()`: `(order_id, mark)` tuples, in queue order. */
 export type PendingEntry = [Uuid, PendingMark];
