@@ -1,0 +1,95 @@
+/**
+ * The pretend server behind {@link MockBackend}: the orders, SKUs and
+ * customers as the server holds them, the accounts a desk signs in with, and
+ * what other desks do there. It knows nothing of this desk; the backend tells
+ * this desk what changed.
+ */
+import type { Customer, NewOrder, Order, Sku, Uuid } from '../backend';
+import { DEMO_PASSWORD, clone, demoCustomers, demoSkus, uuid } from '../fixtures';
+
+export interface User {
+  id: Uuid;
+  email: string;
+  name: string;
+  password: string;
+}
+
+/** Who last wrote an order. */
+export type Author = { id: Uuid; name: string };
+
+/** A write bumps the version and names its author, on the server and on a desk alike. */
+export function stamp(o: Order, by: Author, nowMs: number): void {
+  o.version += 1;
+  o.updated_at = new Date(nowMs).toISOString();
+  o.updated_by = by.id;
+  o.updated_by_name = by.name;
+}
+
+export class PretendServer {
+  readonly orders = new Map<Uuid, Order>();
+  readonly skus = new Map<Uuid, Sku>();
+  customers: Customer[] = [];
+
+  readonly users: User[] = [
+    { id: uuid(), email: 'dana@acme.test', name: 'Dana', password: DEMO_PASSWORD },
+    { id: uuid(), email: 'priya@acme.test', name: 'Priya', password: DEMO_PASSWORD },
+  ];
+
+  constructor(private readonly now: () => number) {}
+
+  /** The demo customers and SKUs. */
+  seedCatalog(): void {
+    this.customers = demoCustomers();
+    for (const s of demoSkus()) this.skus.set(s.id, s);
+  }
+
+  /** Another desk creates an order: lines as [sku, ordered, allocated]. Returns the stored order itself. */
+  createOrder(header: NewOrder, lines: [Uuid, number, number][], by: User): Order {
+    const nowIso = new Date(this.now()).toISOString();
+    const o: Order = {
+      id: uuid(),
+      ...header,
+      status: 'draft',
+      version: 1,
+      invoice_id: null,
+      lines: [],
+      updated_at: nowIso,
+      updated_by: by.id,
+      updated_by_name: by.name,
+      created_at: nowIso,
+    };
+    for (const [skuId, ordered, allocated] of lines) {
+      o.lines.push({ id: uuid(), sku_id: skuId, qty_ordered: ordered, qty_allocated: allocated });
+      o.version += 1;
+      if (allocated > 0) {
+        this.takeStock(skuId, allocated);
+        o.version += 1;
+      }
+    }
+    this.orders.set(o.id, o);
+    return o;
+  }
+
+  /** Another desk changes an order. Returns the stored order itself. */
+  changeOrder(orderId: Uuid, by: User, change: (o: Order) => void): Order {
+    const o = this.orders.get(orderId);
+    if (!o) throw new Error(`no order ${orderId} on the mock server`);
+    change(o);
+    stamp(o, by, this.now());
+    return o;
+  }
+
+  /** A desk's sync hands over its order as the desk shows it; the stock its allocations take, or give back, moves. */
+  receive(orderId: Uuid, order: Order, previous: Order | null): void {
+    for (const l of order.lines) this.takeStock(l.sku_id, l.qty_allocated);
+    for (const l of previous?.lines ?? []) this.takeStock(l.sku_id, -l.qty_allocated);
+    this.orders.set(orderId, clone(order));
+  }
+
+  takeStock(skuId: Uuid, qty: number): void {
+    const s = this.skus.get(skuId);
+    if (!s) return;
+    s.allocated += qty;
+    s.ats = s.on_hand + s.on_order - s.allocated;
+  }
+}
