@@ -9,6 +9,7 @@
 //! it died and another took over) cannot overwrite the newer claim's result.
 
 use chrono::{DateTime, Utc};
+use holdfast_protocol::event::pattern_matches;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -18,33 +19,68 @@ const FAN_OUT_BATCH: i64 = 500;
 /// Turns new outbox events into one delivery per subscribed partner. Paused
 /// or disabled partners get their deliveries too (held until re-enabled), so
 /// a partner back from a pause hears about everything it missed.
-/// Returns how many events it handled (call again while it returns a full batch).
+/// Returns how many events it handled (call again while it returns any).
+///
+/// One transaction: lock a batch of events (`skip locked`, so relays share
+/// the work), read their tenants' partners, decide who gets what with
+/// protocol's pattern rule, write the deliveries and mark the events done.
 pub async fn fan_out(db: &PgPool) -> Result<u64, sqlx::Error> {
-    // `*` in a subscription matches any run of characters; LIKE's own
-    // wildcards in a pattern are escaped so they match themselves.
-    let done = sqlx::query(
-        "with ev as (
-            select tenant_id, id, event_type from outbox
-             where fanned_out_at is null
-             order by id
-             limit $1
-             for update skip locked
-         ), fanned as (
-            insert into deliveries (tenant_id, outbox_id, partner_id)
-            select ev.tenant_id, ev.id, p.id
-              from ev join partners p on p.tenant_id = ev.tenant_id
-             where exists (
-                   select 1 from unnest(p.event_types) as pattern
-                    where ev.event_type like replace(replace(replace(pattern, '\\', '\\\\'), '_', '\\_'), '*', '%'))
-            on conflict do nothing
-         )
-         update outbox o set fanned_out_at = now()
-           from ev where o.tenant_id = ev.tenant_id and o.id = ev.id",
+    let mut tx = db.begin().await?;
+    let events: Vec<(Uuid, i64, String)> = sqlx::query_as(
+        "select tenant_id, id, event_type from outbox
+          where fanned_out_at is null
+          order by id
+          limit $1
+          for update skip locked",
     )
     .bind(FAN_OUT_BATCH)
-    .execute(db)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(done.rows_affected())
+    if events.is_empty() {
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let mut tenants: Vec<Uuid> = events.iter().map(|(tenant, _, _)| *tenant).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let partners: Vec<(Uuid, Uuid, Vec<String>)> =
+        sqlx::query_as("select tenant_id, id, event_types from partners where tenant_id = any($1)")
+            .bind(&tenants)
+            .fetch_all(&mut *tx)
+            .await?;
+    let (mut tenant_ids, mut outbox_ids, mut partner_ids) = (Vec::new(), Vec::new(), Vec::new());
+    for (tenant, outbox_id, event_type) in &events {
+        let subscribed = partners.iter().filter(|(t, _, patterns)| {
+            t == tenant && patterns.iter().any(|p| pattern_matches(p, event_type))
+        });
+        for (_, partner, _) in subscribed {
+            tenant_ids.push(*tenant);
+            outbox_ids.push(*outbox_id);
+            partner_ids.push(*partner);
+        }
+    }
+    sqlx::query(
+        "insert into deliveries (tenant_id, outbox_id, partner_id)
+         select * from unnest($1::uuid[], $2::int8[], $3::uuid[])
+         on conflict do nothing",
+    )
+    .bind(&tenant_ids)
+    .bind(&outbox_ids)
+    .bind(&partner_ids)
+    .execute(&mut *tx)
+    .await?;
+    let (tenants, ids): (Vec<Uuid>, Vec<i64>) = events.iter().map(|(t, id, _)| (*t, *id)).unzip();
+    sqlx::query(
+        "update outbox o set fanned_out_at = now()
+           from unnest($1::uuid[], $2::int8[]) as ev(tenant_id, id)
+          where o.tenant_id = ev.tenant_id and o.id = ev.id",
+    )
+    .bind(&tenants)
+    .bind(&ids)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(events.len() as u64)
 }
 
 /// One claimed delivery, with everything needed to send it.
