@@ -460,9 +460,7 @@ impl Mutation {
             Mutation::Cancel { .. } => "cancel",
         }
     }
-}
 
-impl Mutation {
     /// One line a person can read off a printout.
     pub fn describe(&self) -> String {
         let short = |id: &Uuid| id.to_string()[..8].to_owned();
