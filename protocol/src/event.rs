@@ -14,11 +14,15 @@ pub enum EventType {
     OrderConfirmed,
     OrderCancelled,
     SkuAtsChanged,
+    /// Catalog fields changed (code, prices, active), or the SKU was created.
+    SkuUpdated,
+    CustomerUpdated,
+    PriceListUpdated,
     InvoicePaid,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 11] = [
         EventType::OrderCreated,
         EventType::OrderUpdated,
         EventType::OrderLineAllocated,
@@ -26,6 +30,9 @@ impl EventType {
         EventType::OrderConfirmed,
         EventType::OrderCancelled,
         EventType::SkuAtsChanged,
+        EventType::SkuUpdated,
+        EventType::CustomerUpdated,
+        EventType::PriceListUpdated,
         EventType::InvoicePaid,
     ];
 
@@ -39,6 +46,9 @@ impl EventType {
             EventType::OrderConfirmed => "order.confirmed",
             EventType::OrderCancelled => "order.cancelled",
             EventType::SkuAtsChanged => "sku.ats_changed",
+            EventType::SkuUpdated => "sku.updated",
+            EventType::CustomerUpdated => "customer.updated",
+            EventType::PriceListUpdated => "price_list.updated",
             EventType::InvoicePaid => "invoice.paid",
         }
     }

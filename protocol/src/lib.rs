@@ -6,6 +6,7 @@
 //! JSON and the request fingerprint, Standard Webhooks signing and
 //! verification, and the retry backoff.
 
+pub mod admin;
 pub mod backoff;
 pub mod canonical;
 pub mod event;

@@ -42,6 +42,12 @@ pub struct Line {
     pub sku_id: Uuid,
     pub qty_ordered: i64,
     pub qty_allocated: i64,
+    /// What this customer pays per unit, decided by the server when the line
+    /// was added (the customer's price list, else the SKU's wholesale price)
+    /// and never changed afterwards. Absent from documents written before
+    /// v1.1 (read as 0 until the next pull).
+    #[serde(default)]
+    pub unit_price: i64,
 }
 
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -56,6 +62,9 @@ pub struct Order {
     pub version: i64,
     pub invoice_id: Option<Uuid>,
     pub lines: Vec<Line>,
+    /// Σ qty_ordered × unit_price over the lines; confirming invoices exactly this.
+    #[serde(default)]
+    pub total: i64,
     pub updated_at: DateTime<Utc>,
     pub updated_by: Uuid,
     pub updated_by_name: String,
@@ -65,6 +74,9 @@ pub struct Order {
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Sku {
     pub id: Uuid,
+    /// The tenant's own SKU/UPC string, unique per tenant.
+    #[serde(default)]
+    pub code: Option<String>,
     pub style: String,
     pub color: String,
     pub size: String,
@@ -75,6 +87,13 @@ pub struct Sku {
     pub allocated: i64,
     /// Available to sell: on_hand + on_order − allocated.
     pub ats: i64,
+    /// False = discontinued: no new lines; existing lines keep working.
+    #[serde(default = "yes")]
+    pub active: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -83,6 +102,34 @@ pub struct Customer {
     pub name: String,
     /// Minor units; null means no limit.
     pub credit_limit: Option<i64>,
+    /// Null = the SKUs' wholesale prices.
+    #[serde(default)]
+    pub price_list_id: Option<Uuid>,
+    #[serde(default)]
+    pub email: Option<String>,
+    #[serde(default)]
+    pub phone: Option<String>,
+    /// False = takes no new orders; its open orders keep working.
+    #[serde(default = "yes")]
+    pub active: bool,
+}
+
+/// A customer-specific price list: what its customers pay for the SKUs it
+/// lists (other SKUs: their wholesale price).
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PriceList {
+    pub id: Uuid,
+    pub name: String,
+    pub prices: Vec<Price>,
+}
+
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub sku_id: Uuid,
+    /// Minor units, ≥ 0.
+    #[schema(minimum = 0)]
+    pub price: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -367,6 +414,7 @@ pub enum ChangeKind {
     Sku,
     Customer,
     Invoice,
+    PriceList,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

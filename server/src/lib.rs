@@ -9,6 +9,7 @@ pub mod engine;
 mod error;
 pub mod feed;
 pub mod housekeeping;
+pub mod master;
 pub mod http;
 mod inbox;
 mod metrics;

@@ -50,8 +50,7 @@ use crate::http;
         http::ops::openapi,
     ),
     // Only named by a query parameter, which does not collect schemas.
-    components(schemas(crate::db::deliveries::DeliveryState)),
-    modifiers(&BearerAuth, &Problems)
+    components(schemas(crate::db::deliveries::DeliveryState))
 )]
 struct ApiDoc;
 
@@ -176,8 +175,16 @@ impl Modify for Problems {
     }
 }
 
+/// The whole document: the routes above, each v1.1 master-data module's own
+/// `#[derive(OpenApi)]` part merged in, then the shared security scheme and
+/// problem answers applied to every operation.
 pub(crate) fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+    let mut doc = ApiDoc::openapi();
+    // v1.1 parts: users (admin_users.rs), catalog (admin_catalog.rs),
+    // customers and price lists (admin_customers.rs).
+    BearerAuth.modify(&mut doc);
+    Problems.modify(&mut doc);
+    doc
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub enum DocKind {
     Sku,
     Customer,
     Invoice,
+    PriceList,
 }
 
 impl DocKind {
@@ -20,6 +21,7 @@ impl DocKind {
             DocKind::Sku => "sku",
             DocKind::Customer => "customer",
             DocKind::Invoice => "invoice",
+            DocKind::PriceList => "price_list",
         }
     }
 }

@@ -1,24 +1,61 @@
-//! Customers (retailers) and their credit limits.
+//! Customers (retailers): credit limits, contact details, price lists.
 
 use holdfast_protocol::model::Customer;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: Uuid,
+    name: String,
+    credit_limit: Option<i64>,
+    price_list_id: Option<Uuid>,
+    email: Option<String>,
+    phone: Option<String>,
+    active: bool,
+}
+
+impl From<Row> for Customer {
+    fn from(r: Row) -> Self {
+        Customer {
+            id: r.id,
+            name: r.name,
+            credit_limit: r.credit_limit,
+            price_list_id: r.price_list_id,
+            email: r.email,
+            phone: r.phone,
+            active: r.active,
+        }
+    }
+}
+
+const COLUMNS: &str = "id, name, credit_limit, price_list_id, email, phone, active";
+
+/// Every customer of the tenant, active or not (a desk shows the inactive
+/// ones on their open orders and offers only the active ones for new orders).
 pub async fn list(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Vec<Customer>, sqlx::Error> {
-    let rows: Vec<(Uuid, String, Option<i64>)> = sqlx::query_as(
-        "select id, name, credit_limit from customers where tenant_id = $1 order by name, id",
-    )
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "select {COLUMNS} from customers where tenant_id = $1 order by name, id"
+    ))
     .bind(tenant_id)
     .fetch_all(conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, name, credit_limit)| Customer {
-            id,
-            name,
-            credit_limit,
-        })
-        .collect())
+    Ok(rows.into_iter().map(Customer::from).collect())
+}
+
+pub async fn load(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Customer>, sqlx::Error> {
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "select {COLUMNS} from customers where tenant_id = $1 and id = $2"
+    ))
+    .bind(tenant_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Customer::from))
 }
 
 /// Several customers by id, in no particular order (the pull feed's pages).
@@ -27,19 +64,12 @@ pub async fn load_many(
     tenant_id: Uuid,
     ids: &[Uuid],
 ) -> Result<Vec<Customer>, sqlx::Error> {
-    let rows: Vec<(Uuid, String, Option<i64>)> = sqlx::query_as(
-        "select id, name, credit_limit from customers where tenant_id = $1 and id = any($2)",
-    )
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "select {COLUMNS} from customers where tenant_id = $1 and id = any($2)"
+    ))
     .bind(tenant_id)
     .bind(ids)
     .fetch_all(conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, name, credit_limit)| Customer {
-            id,
-            name,
-            credit_limit,
-        })
-        .collect())
+    Ok(rows.into_iter().map(Customer::from).collect())
 }

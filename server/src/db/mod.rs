@@ -8,6 +8,7 @@ pub mod invoices;
 pub mod orders;
 pub mod outbox;
 pub mod partners;
+pub mod price_lists;
 pub mod sessions;
 pub mod skus;
 pub mod tenancy;

@@ -29,6 +29,7 @@ struct LineRow {
     sku_id: Uuid,
     qty_ordered: i64,
     qty_allocated: i64,
+    unit_price: i64,
 }
 
 const ORDER_COLUMNS: &str = "
@@ -53,7 +54,8 @@ pub async fn load(
     let row: Option<Row> = sqlx::query_as(&format!(
         "select coalesce((select jsonb_agg(jsonb_build_object(
                                  'id', l.id, 'sku_id', l.sku_id, 'qty_ordered', l.qty_ordered,
-                                 'qty_allocated', l.qty_allocated) order by l.ordinal)
+                                 'qty_allocated', l.qty_allocated, 'unit_price', l.unit_price)
+                                 order by l.ordinal)
                             from order_lines l
                            where l.tenant_id = o.tenant_id and l.order_id = o.id),
                          '[]'::jsonb) as lines,
@@ -118,7 +120,7 @@ async fn assemble(
 ) -> Result<Vec<Order>, sqlx::Error> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
     let lines: Vec<LineRow> = sqlx::query_as(
-        "select order_id, id, sku_id, qty_ordered, qty_allocated
+        "select order_id, id, sku_id, qty_ordered, qty_allocated, unit_price
            from order_lines where tenant_id = $1 and order_id = any($2)
           order by ordinal",
     )
@@ -136,6 +138,7 @@ async fn assemble(
                     sku_id: l.sku_id,
                     qty_ordered: l.qty_ordered,
                     qty_allocated: l.qty_allocated,
+                    unit_price: l.unit_price,
                 })
                 .collect();
             document(r, mine)
@@ -148,6 +151,7 @@ fn document(r: OrderRow, lines: Vec<Line>) -> Result<Order, sqlx::Error> {
         sqlx::Error::Decode(format!("unknown order status {:?}", r.status).into())
     })?;
     Ok(Order {
+        total: total(&lines),
         lines,
         id: r.id,
         customer_id: r.customer_id,
@@ -162,5 +166,13 @@ fn document(r: OrderRow, lines: Vec<Line>) -> Result<Order, sqlx::Error> {
         updated_by: r.updated_by,
         updated_by_name: r.updated_by_name,
         created_at: r.created_at,
+    })
+}
+
+/// Σ qty_ordered × unit_price. The engine refuses a line that would make it
+/// overflow, so saturating here never hides a real total.
+pub fn total(lines: &[Line]) -> i64 {
+    lines.iter().fold(0i64, |sum, l| {
+        sum.saturating_add(l.qty_ordered.saturating_mul(l.unit_price))
     })
 }

@@ -16,6 +16,8 @@ pub enum Aggregate {
     Order(Uuid),
     Sku(Uuid),
     Invoice(Uuid),
+    Customer(Uuid),
+    PriceList(Uuid),
 }
 
 impl Aggregate {
@@ -24,12 +26,18 @@ impl Aggregate {
             Aggregate::Order(_) => "order",
             Aggregate::Sku(_) => "sku",
             Aggregate::Invoice(_) => "invoice",
+            Aggregate::Customer(_) => "customer",
+            Aggregate::PriceList(_) => "price_list",
         }
     }
 
     fn id(self) -> Uuid {
         match self {
-            Aggregate::Order(id) | Aggregate::Sku(id) | Aggregate::Invoice(id) => id,
+            Aggregate::Order(id)
+            | Aggregate::Sku(id)
+            | Aggregate::Invoice(id)
+            | Aggregate::Customer(id)
+            | Aggregate::PriceList(id) => id,
         }
     }
 }

@@ -7,6 +7,8 @@ use uuid::Uuid;
 #[derive(sqlx::FromRow)]
 struct SkuRow {
     id: Uuid,
+    code: Option<String>,
+    active: bool,
     style: String,
     color: String,
     size: String,
@@ -22,6 +24,8 @@ impl From<SkuRow> for Sku {
         Sku {
             ats: r.on_hand + r.on_order - r.allocated,
             id: r.id,
+            code: r.code,
+            active: r.active,
             style: r.style,
             color: r.color,
             size: r.size,
@@ -35,7 +39,7 @@ impl From<SkuRow> for Sku {
 }
 
 const SKU_COLUMNS: &str = "
-    s.id, s.style, s.color, s.size, s.wholesale_price, s.msrp, p.on_hand, p.on_order, p.allocated
+    s.id, s.code, s.active, s.style, s.color, s.size, s.wholesale_price, s.msrp, p.on_hand, p.on_order, p.allocated
     from skus s join sku_positions p on p.tenant_id = s.tenant_id and p.sku_id = s.id";
 
 pub async fn load(
@@ -75,7 +79,7 @@ pub async fn load_many(
 pub type SkuKey = (String, String, String);
 
 /// SKUs ordered by style, colour, size. Every word of `q` must match the
-/// style, colour or size (case-insensitive substring), so "kestrel indigo m"
+/// code, style, colour or size (case-insensitive substring), so "kestrel indigo m"
 /// narrows to the size-M Washed Indigo Kestrel shirts.
 pub async fn search(
     conn: &mut PgConnection,
@@ -99,7 +103,8 @@ pub async fn search(
             and not exists (
                 select 1 from unnest($2::text[]) as w(pattern)
                  where not (lower(s.style) like w.pattern or lower(s.color) like w.pattern
-                            or lower(s.size) like w.pattern))
+                            or lower(s.size) like w.pattern
+                            or coalesce(lower(s.code), '') like w.pattern))
             and ($3::text is null or (s.style, s.color, s.size) > ($3, $4, $5))
           order by s.style, s.color, s.size
           limit $6"

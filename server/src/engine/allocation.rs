@@ -176,6 +176,7 @@ async fn move_line(
         status: locked.status,
         version: moved.version,
         invoice_id: locked.invoice_id,
+        total: crate::db::orders::total(&lines),
         lines,
         updated_at: moved.updated_at,
         updated_by: caller.user_id,
@@ -204,9 +205,10 @@ async fn lines_and_ledger(
         Option<Uuid>,
         Option<i64>,
         Option<i64>,
+        Option<i64>,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "select x.late_sku, l.id, l.sku_id, l.qty_ordered, l.qty_allocated
+        "select x.late_sku, l.id, l.sku_id, l.qty_ordered, l.qty_allocated, l.unit_price
            from (select (select sku_id from allocation_ledger
                           where tenant_id = $1 and idempotency_key = $3 and line_id = $4
                             and order_id = $2) as late_sku) x
@@ -222,12 +224,13 @@ async fn lines_and_ledger(
     let late_sku = rows.first().and_then(|r| r.0);
     let lines = rows
         .into_iter()
-        .filter_map(|(_, id, sku_id, qty_ordered, qty_allocated)| {
+        .filter_map(|(_, id, sku_id, qty_ordered, qty_allocated, unit_price)| {
             Some(Line {
                 id: id?,
                 sku_id: sku_id?,
                 qty_ordered: qty_ordered?,
                 qty_allocated: qty_allocated?,
+                unit_price: unit_price?,
             })
         })
         .collect();

@@ -88,7 +88,7 @@ pub(crate) struct Done {
 }
 
 impl Done {
-    fn ok(body: impl serde::Serialize) -> Result<Self, Error> {
+    pub(crate) fn ok(body: impl serde::Serialize) -> Result<Self, Error> {
         Ok(Done {
             status: 200,
             body: serde_json::to_value(body).map_err(|e| Error::Internal(e.into()))?,
@@ -96,7 +96,7 @@ impl Done {
         })
     }
 
-    fn created(body: impl serde::Serialize) -> Result<Self, Error> {
+    pub(crate) fn created(body: impl serde::Serialize) -> Result<Self, Error> {
         Done::ok(body).map(|d| Done { status: 201, ..d })
     }
 }

@@ -237,18 +237,30 @@ pub(crate) async fn bump_announce_in_tx(
     version.ok_or_else(|| Error::Internal(anyhow::anyhow!("order {id} moved under its own lock")))
 }
 
-async fn customer_exists(
+/// A customer a new or re-assigned order may name: it must exist in the
+/// tenant (else 404) and be active (else 422 `invalid_state`). Orders already
+/// on a deactivated customer keep working; only new ones are refused.
+async fn require_open_customer(
     conn: &mut PgConnection,
     tenant_id: Uuid,
     id: Uuid,
-) -> Result<bool, Error> {
-    Ok(sqlx::query_scalar(
-        "select exists (select 1 from customers where tenant_id = $1 and id = $2)",
-    )
-    .bind(tenant_id)
-    .bind(id)
-    .fetch_one(conn)
-    .await?)
+) -> Result<(), Error> {
+    let active: Option<bool> =
+        sqlx::query_scalar("select active from customers where tenant_id = $1 and id = $2")
+            .bind(tenant_id)
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+    match active {
+        None => Err(Error::not_found("customer")),
+        Some(true) => Ok(()),
+        Some(false) => Err(Problem::new(
+            ProblemCode::InvalidState,
+            "this customer is deactivated and takes no new orders",
+        )
+        .with("customer_active", false)
+        .into()),
+    }
 }
 
 pub(crate) async fn create(
@@ -257,9 +269,7 @@ pub(crate) async fn create(
     body: CreateOrder,
 ) -> Result<Done, Error> {
     let t = caller.tenant_id;
-    if !customer_exists(conn, t, body.customer_id).await? {
-        return Err(Error::not_found("customer"));
-    }
+    require_open_customer(conn, t, body.customer_id).await?;
     let inserted = sqlx::query(
         "insert into orders (tenant_id, id, customer_id, customer_po, ship_window_start, ship_window_end,
                              notes, event_seq, created_by, updated_by)
@@ -305,10 +315,8 @@ pub(crate) async fn patch(
     let t = caller.tenant_id;
     let locked = lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
     let set = body.set;
-    if let Some(customer_id) = set.customer_id {
-        if !customer_exists(conn, t, customer_id).await? {
-            return Err(Error::not_found("customer"));
-        }
+    if let Some(customer_id) = set.customer_id.filter(|c| *c != locked.customer_id) {
+        require_open_customer(conn, t, customer_id).await?;
     }
     let start = set.ship_window_start.unwrap_or(locked.ship_window_start);
     let end = set.ship_window_end.unwrap_or(locked.ship_window_end);
@@ -373,25 +381,19 @@ pub(crate) async fn add_line(
     body: AddLine,
 ) -> Result<Done, Error> {
     let t = caller.tenant_id;
-    lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
-    let sku_exists: bool =
-        sqlx::query_scalar("select exists (select 1 from skus where tenant_id = $1 and id = $2)")
-            .bind(t)
-            .bind(body.sku_id)
-            .fetch_one(&mut *conn)
-            .await?;
-    if !sku_exists {
-        return Err(Error::not_found("SKU"));
-    }
+    let locked = lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
+    let unit_price = price_for_new_line(conn, t, locked.customer_id, body.sku_id).await?;
+    check_total(conn, t, id, None, body.qty_ordered, unit_price).await?;
     let inserted = sqlx::query(
-        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered)
-         values ($1, $2, $3, $4, $5) on conflict (tenant_id, id) do nothing",
+        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
+         values ($1, $2, $3, $4, $5, $6) on conflict (tenant_id, id) do nothing",
     )
     .bind(t)
     .bind(body.id)
     .bind(id)
     .bind(body.sku_id)
     .bind(body.qty_ordered)
+    .bind(unit_price)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -400,7 +402,8 @@ pub(crate) async fn add_line(
             "a line with this id already exists; mint a new id",
         ));
     }
-    let facts = json!({"change": "line_added", "line_id": body.id, "sku_id": body.sku_id, "qty_ordered": body.qty_ordered});
+    let facts = json!({"change": "line_added", "line_id": body.id, "sku_id": body.sku_id,
+                       "qty_ordered": body.qty_ordered, "unit_price": unit_price});
     bump_announce_in_tx(
         conn,
         caller,
@@ -411,6 +414,75 @@ pub(crate) async fn add_line(
     )
     .await?;
     Done::created(load(conn, t, id).await?)
+}
+
+/// The price a new line of this customer's order gets for this SKU: the
+/// customer's price list if it lists the SKU, else the SKU's wholesale price
+/// (API.md v1.1). A discontinued SKU takes no new lines (422 `invalid_state`).
+async fn price_for_new_line(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    customer_id: Uuid,
+    sku_id: Uuid,
+) -> Result<i64, Error> {
+    let row: Option<(bool, i64)> = sqlx::query_as(
+        "select s.active, coalesce(e.price, s.wholesale_price)
+           from skus s
+           left join customers c on c.tenant_id = s.tenant_id and c.id = $3
+           left join price_list_entries e
+                  on e.tenant_id = s.tenant_id and e.price_list_id = c.price_list_id
+                 and e.sku_id = s.id
+          where s.tenant_id = $1 and s.id = $2",
+    )
+    .bind(tenant_id)
+    .bind(sku_id)
+    .bind(customer_id)
+    .fetch_optional(conn)
+    .await?;
+    match row {
+        None => Err(Error::not_found("SKU")),
+        Some((false, _)) => Err(Problem::new(
+            ProblemCode::InvalidState,
+            "this SKU is discontinued and takes no new lines",
+        )
+        .with("sku_active", false)
+        .into()),
+        Some((true, price)) => Ok(price),
+    }
+}
+
+/// Refuses a line quantity that would make the order's total (Σ qty ×
+/// unit_price) too large for an invoice to hold. `line` is the line being
+/// changed (left out of the sum), or `None` for a new one.
+async fn check_total(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    order_id: Uuid,
+    line: Option<Uuid>,
+    qty: i64,
+    unit_price: i64,
+) -> Result<(), Error> {
+    let fits: bool = sqlx::query_scalar(
+        "select coalesce(sum(qty_ordered::numeric * unit_price), 0) + $4::numeric * $5
+                <= 9223372036854775807
+           from order_lines
+          where tenant_id = $1 and order_id = $2 and ($3::uuid is null or id <> $3)",
+    )
+    .bind(tenant_id)
+    .bind(order_id)
+    .bind(line)
+    .bind(qty)
+    .bind(unit_price)
+    .fetch_one(conn)
+    .await?;
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::validation(
+            "qty_ordered",
+            "would make the order's total too large to invoice",
+        ))
+    }
 }
 
 /// A line of a locked order: (sku_id, qty_ordered, qty_allocated).
@@ -456,6 +528,14 @@ pub(crate) async fn change_line(
             qty_allocated,
         ));
     }
+    let unit_price: i64 = sqlx::query_scalar(
+        "select unit_price from order_lines where tenant_id = $1 and id = $2",
+    )
+    .bind(t)
+    .bind(line_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    check_total(conn, t, id, Some(line_id), body.qty_ordered, unit_price).await?;
     sqlx::query("update order_lines set qty_ordered = $3 where tenant_id = $1 and id = $2")
         .bind(t)
         .bind(line_id)
@@ -571,8 +651,8 @@ pub(crate) async fn confirm(
             (select least(coalesce(sum(amount), 0), 9223372036854775807)::bigint from invoices
               where tenant_id = $1 and customer_id = $2 and status = 'awaiting_payment'),
             (select case when total <= 9223372036854775807 then total::bigint end
-               from (select coalesce(sum(l.qty_ordered::numeric * s.wholesale_price), 0) as total
-                       from order_lines l join skus s on s.tenant_id = l.tenant_id and s.id = l.sku_id
+               from (select coalesce(sum(l.qty_ordered::numeric * l.unit_price), 0) as total
+                       from order_lines l
                       where l.tenant_id = $1 and l.order_id = $3) lines)",
     )
     .bind(t)
@@ -583,7 +663,7 @@ pub(crate) async fn confirm(
     let order_amount = order_amount.ok_or_else(|| {
         Error::validation(
             "lines",
-            "the order's total (quantities × wholesale prices) is too large to invoice",
+            "the order's total (quantities × unit prices) is too large to invoice",
         )
     })?;
     if let Some(limit) = credit_limit {

@@ -63,8 +63,9 @@ use crate::db;
 
 /// The order a first pull pages through the current state: what an order
 /// refers to comes before it.
-const KINDS: [ChangeKind; 4] = [
+const KINDS: [ChangeKind; 5] = [
     ChangeKind::Sku,
+    ChangeKind::PriceList,
     ChangeKind::Customer,
     ChangeKind::Order,
     ChangeKind::Invoice,
@@ -186,6 +187,11 @@ async fn snapshot_ids_in_tx(
               where tenant_id = $1 and ($2::uuid is null or id > $2)
               order by id limit $3"
         }
+        ChangeKind::PriceList => {
+            "select id from price_lists
+              where tenant_id = $1 and ($2::uuid is null or id > $2)
+              order by id limit $3"
+        }
         ChangeKind::Order => {
             "select id from orders
               where tenant_id = $1 and ($2::uuid is null or id > $2)
@@ -266,6 +272,7 @@ fn parse_kind(s: &str) -> Option<ChangeKind> {
         "sku" => Some(ChangeKind::Sku),
         "customer" => Some(ChangeKind::Customer),
         "invoice" => Some(ChangeKind::Invoice),
+        "price_list" => Some(ChangeKind::PriceList),
         _ => None,
     }
 }
@@ -381,6 +388,17 @@ async fn load_kind_in_tx(
             )
             .await?;
             encode(skus, |s| s.id, &versions)
+        }
+        ChangeKind::PriceList => {
+            let lists = db::price_lists::load_many(conn, tenant_id, ids).await?;
+            let versions = versions_in_tx(
+                conn,
+                "select id, version from price_lists where tenant_id = $1 and id = any($2)",
+                tenant_id,
+                ids,
+            )
+            .await?;
+            encode(lists, |l| l.id, &versions)
         }
         ChangeKind::Customer => {
             let customers = db::customers::load_many(conn, tenant_id, ids).await?;

@@ -1,6 +1,36 @@
 //! The HTTP surface: routes, and the extractors and middleware that turn every
 //! bad request into an API.md problem before a handler runs.
 
+/// A master-data write (API.md v1.1) under the idempotency rules, in one
+/// transaction: claim the key or answer from it, run `$work` with the claimed
+/// transaction bound to `$tx`, store the answer and commit
+/// (`crate::master::begin` / `finish`). Evaluates to `ApiResult<Response>`.
+///
+/// ```ignore
+/// let (keyed, body) = sent.into_keyed();
+/// keyed_write!(state, caller, keyed, |tx| master::customers::create(&mut tx, &caller, body))
+/// ```
+macro_rules! keyed_write {
+    ($state:expr, $caller:expr, $keyed:expr, |$tx:ident| $work:expr) => {
+        keyed_write!($state, $caller, $keyed, |$tx| $work, redact = |_| {})
+    };
+    ($state:expr, $caller:expr, $keyed:expr, |$tx:ident| $work:expr, redact = $redact:expr) => {{
+        let keyed = $keyed;
+        match crate::master::begin(&$state.db, &$caller, &keyed).await? {
+            crate::master::Begun::Settled(outcome) => {
+                Ok(crate::http::mutations::respond(&outcome))
+            }
+            crate::master::Begun::Claimed(mut $tx) => {
+                let result = $work.await;
+                let outcome =
+                    crate::master::finish_redacting($tx, &$caller, &keyed, result, $redact)
+                        .await?;
+                Ok(crate::http::mutations::respond(&outcome))
+            }
+        }
+    }};
+}
+
 pub(crate) mod admin;
 pub(crate) mod admin_page;
 mod cursor;
@@ -57,6 +87,9 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/deliveries", get(admin::list_deliveries))
         .route("/admin/deliveries/{id}/requeue", post(admin::requeue))
         .route("/admin/stats", get(admin::stats))
+        // v1.1 master data: users and passwords (admin_users.rs).
+        // v1.1 master data: catalog (admin_catalog.rs).
+        // v1.1 master data: customers and price lists (admin_customers.rs).
         .route("/webhooks/{tenant}/{provider}", post(webhooks::receive))
         // Sync feed (pull, stream).
         .route("/sync/pull", get(sync::pull))

@@ -44,6 +44,15 @@ pub(crate) struct Sent<B> {
 }
 
 impl<B> Sent<B> {
+    /// A master-data write's key and fingerprint, and its body.
+    pub(crate) fn into_keyed(self) -> (crate::master::Keyed, B) {
+        let keyed = crate::master::Keyed {
+            key: self.key,
+            fingerprint: self.fingerprint,
+        };
+        (keyed, self.body)
+    }
+
     fn into_request(self, mutation: impl FnOnce(B) -> Mutation) -> Request {
         Request {
             key: self.key,
@@ -62,34 +71,96 @@ impl<S: Send + Sync, B: DeserializeOwned> FromRequest<S> for Sent<B> {
             Some(OriginalUri(uri)) => uri.path().to_owned(),
             None => req.uri().path().to_owned(),
         };
-        let key = req
-            .headers()
-            .get(IDEMPOTENCY_KEY)
-            .ok_or_else(|| {
-                Error::problem(
-                    ProblemCode::IdempotencyKeyMissing,
-                    "mutations need an Idempotency-Key header",
-                )
-            })?
-            .to_str()
-            .map_err(|_| {
-                Error::problem(
-                    ProblemCode::IdempotencyKeyInvalid,
-                    "Idempotency-Key must be visible ASCII",
-                )
-            })?
-            .to_owned();
+        let key = required_key(req.headers())?;
         require_json_content_type(req.headers())?;
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(body_rejection)?;
         let value: serde_json::Value = parse_json(&bytes)?;
-        let key = IdempotencyKey::new(key).map_err(|e| Error::from(e.to_problem()))?;
         let body = json::typed(&value)?;
         Ok(Sent {
             key,
             body,
             fingerprint: request_fingerprint(&method, &path, &value),
+        })
+    }
+}
+
+/// The request's `Idempotency-Key`, checked (API.md: missing → 400
+/// `idempotency_key_missing`, empty or too long → `idempotency_key_invalid`).
+fn required_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
+    let raw = headers
+        .get(IDEMPOTENCY_KEY)
+        .ok_or_else(|| {
+            Error::problem(
+                ProblemCode::IdempotencyKeyMissing,
+                "this write needs an Idempotency-Key header",
+            )
+        })?
+        .to_str()
+        .map_err(|_| {
+            Error::problem(
+                ProblemCode::IdempotencyKeyInvalid,
+                "Idempotency-Key must be visible ASCII",
+            )
+        })?;
+    IdempotencyKey::new(raw).map_err(|e| Error::from(e.to_problem()))
+}
+
+/// A master-data upload: a CSV file (`text/csv`) or, where the route also
+/// takes one, a JSON body; with its key and fingerprint. A CSV's fingerprint
+/// is over its exact bytes.
+pub(crate) struct SentFile {
+    pub(crate) keyed: crate::master::Keyed,
+    pub(crate) content: FileContent,
+}
+
+pub(crate) enum FileContent {
+    Csv(Bytes),
+    Json(serde_json::Value),
+}
+
+impl<S: Send + Sync> FromRequest<S> for SentFile {
+    type Rejection = Error;
+
+    async fn from_request(req: HttpRequest, state: &S) -> Result<Self, Self::Rejection> {
+        let method = req.method().to_string();
+        let path = match req.extensions().get::<OriginalUri>() {
+            Some(OriginalUri(uri)) => uri.path().to_owned(),
+            None => req.uri().path().to_owned(),
+        };
+        let key = required_key(req.headers())?;
+        let csv = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("text/csv"));
+        if !csv {
+            require_json_content_type(req.headers()).map_err(|_| {
+                Error::problem(
+                    ProblemCode::UnsupportedMediaType,
+                    "send the file as Content-Type: text/csv",
+                )
+            })?;
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(body_rejection)?;
+        let (fingerprint, content) = if csv {
+            let fingerprint =
+                holdfast_protocol::canonical::raw_request_fingerprint(&method, &path, &bytes);
+            (fingerprint, FileContent::Csv(bytes))
+        } else {
+            let value: serde_json::Value = parse_json(&bytes)?;
+            (
+                request_fingerprint(&method, &path, &value),
+                FileContent::Json(value),
+            )
+        };
+        Ok(SentFile {
+            keyed: crate::master::Keyed { key, fingerprint },
+            content,
         })
     }
 }
@@ -110,7 +181,7 @@ async fn execute(state: AppState, caller: Caller, req: Request) -> ApiResult<Res
     Ok(respond(&outcome))
 }
 
-fn respond(outcome: &Outcome) -> Response {
+pub(crate) fn respond(outcome: &Outcome) -> Response {
     let status = StatusCode::from_u16(outcome.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, outcome.body.clone()).into_response();
     let headers = response.headers_mut();

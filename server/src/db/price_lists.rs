@@ -1,0 +1,51 @@
+//! Price lists and their entries: what a customer on a list pays per SKU.
+
+use holdfast_protocol::model::{Price, PriceList};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// Several whole price lists by id, in no particular order (the pull feed's
+/// pages, `GET /v1/price-lists/{id}`); unknown ids are left out. Prices are
+/// ordered by SKU id so a document reads the same every time.
+pub async fn load_many(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<PriceList>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: Uuid,
+        name: String,
+        prices: sqlx::types::Json<Vec<Price>>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
+        "select p.id, p.name,
+                coalesce((select jsonb_agg(jsonb_build_object('sku_id', e.sku_id, 'price', e.price)
+                                           order by e.sku_id)
+                            from price_list_entries e
+                           where e.tenant_id = p.tenant_id and e.price_list_id = p.id),
+                         '[]'::jsonb) as prices
+           from price_lists p
+          where p.tenant_id = $1 and p.id = any($2)",
+    )
+    .bind(tenant_id)
+    .bind(ids)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PriceList {
+            id: r.id,
+            name: r.name,
+            prices: r.prices.0,
+        })
+        .collect())
+}
+
+pub async fn load(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> Result<Option<PriceList>, sqlx::Error> {
+    Ok(load_many(conn, tenant_id, &[id]).await?.pop())
+}
