@@ -29,6 +29,75 @@ pub enum Command {
     /// the same file changes nothing. Exit status 2: rows were rejected or
     /// SKUs refused (see the report).
     Reconcile(ReconcileConfig),
+    /// The catalog from the server host (see `catalog import --help`).
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+    /// Tenants, made on the server host (never over HTTP; see `tenant create --help`).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CatalogCommand {
+    /// Upsert a tenant's SKUs from a CSV file (header
+    /// `code,style,color,size,wholesale_price,msrp[,active]`, money in cents):
+    /// by code, else by style/colour/size. The whole file is checked first and
+    /// nothing is applied if any row is bad (every bad row is listed, exit
+    /// status 1). Then it is applied page by page, each page committed with its
+    /// checkpoint: a killed import resumes where it stopped when run again with
+    /// the same file, and a finished one changes nothing.
+    Import(CatalogImportConfig),
+}
+
+#[derive(Clone, Args)]
+pub struct CatalogImportConfig {
+    /// The tenant (slug) whose catalog this is.
+    #[arg(long)]
+    pub tenant: String,
+
+    /// The catalog file (CSV, up to 100,000 rows).
+    pub file: PathBuf,
+
+    /// Rows per transaction (and checkpoint).
+    #[arg(long, default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub page_size: u32,
+
+    /// Where the embedded Postgres cluster lives when DATABASE_URL is not set
+    /// (the same as `serve`'s).
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Use this Postgres instead of the embedded cluster.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Tests only: stop inside the uncommitted transaction of page N+1 and
+    /// wait to be killed.
+    #[arg(long, env = "HOLDFAST_CATALOG_TEST_HOLD", hide = true)]
+    pub test_hold_after_pages: Option<u64>,
+}
+
+impl std::fmt::Debug for CatalogImportConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("CatalogImportConfig")
+            .field("tenant", &self.tenant)
+            .field("file", &self.file)
+            .field("page_size", &self.page_size)
+            .field("data_dir", &self.data_dir)
+            .field(
+                "database_url",
+                &self.database_url.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl CatalogImportConfig {
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -238,6 +307,75 @@ impl std::fmt::Debug for ReconcileConfig {
 }
 
 impl ReconcileConfig {
+    /// The data dir, defaulted exactly as `serve` defaults it.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(default_data_dir)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant and its first operator, and print the operator's
+    /// one-time password with the sign-in details. A slug that exists is
+    /// refused (exit status 1, nothing created).
+    #[command(
+        after_help = "Example:\n  holdfast-server tenant create --slug initech --name Initech \
+                            --operator-email bill@initech.test --operator-name 'Bill L.'\n\n\
+                            The password is printed once and only its hash is stored: hand it \
+                            over securely. Uses DATABASE_URL, or else the embedded cluster under \
+                            --data-dir (started for the command when no server runs on it)."
+    )]
+    Create(TenantCreateConfig),
+}
+
+/// Configuration of `tenant create`.
+#[derive(Clone, Args)]
+pub struct TenantCreateConfig {
+    /// The tenant's sign-in name, permanent: 1–63 of a-z, 0-9 and '-',
+    /// starting with a letter or digit.
+    #[arg(long, value_parser = crate::master::tenants::parse_slug)]
+    pub slug: String,
+
+    /// The tenant's display name (1–200 characters).
+    #[arg(long)]
+    pub name: String,
+
+    /// The first operator's email: their sign-in name (stored lower-cased).
+    #[arg(long)]
+    pub operator_email: String,
+
+    /// The first operator's display name [default: Operator].
+    #[arg(long)]
+    pub operator_name: Option<String>,
+
+    /// Where the embedded Postgres cluster lives when DATABASE_URL is not set
+    /// (the same as `serve`'s).
+    #[arg(long, env = "HOLDFAST_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Use this Postgres instead of the embedded cluster.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+}
+
+impl std::fmt::Debug for TenantCreateConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("TenantCreateConfig")
+            .field("slug", &self.slug)
+            .field("name", &self.name)
+            .field("operator_email", &self.operator_email)
+            .field("operator_name", &self.operator_name)
+            .field("data_dir", &self.data_dir)
+            .field(
+                "database_url",
+                &self.database_url.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl TenantCreateConfig {
     /// The data dir, defaulted exactly as `serve` defaults it.
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(default_data_dir)

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod engine;
 mod error;
 pub mod feed;
+pub mod host;
 pub mod housekeeping;
 pub mod master;
 pub mod http;

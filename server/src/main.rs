@@ -1,7 +1,7 @@
 //! `holdfast-server`: parses flags and hands over to the library.
 
 use clap::Parser;
-use holdfast_server::config::{Cli, Command, PostgresCommand};
+use holdfast_server::config::{CatalogCommand, Cli, Command, PostgresCommand, TenantCommand};
 use holdfast_server::pg::EmbeddedPostgres;
 
 #[tokio::main]
@@ -16,6 +16,27 @@ async fn main() -> anyhow::Result<()> {
             holdfast_server::telemetry::init(false);
             let pg = EmbeddedPostgres::start(&data_dir).await?;
             println!("DATABASE_URL={}", pg.admin_url());
+            Ok(())
+        }
+        Command::Catalog(CatalogCommand::Import(config)) => {
+            holdfast_server::telemetry::init(false);
+            let file = config.file.clone();
+            let outcome = holdfast_server::master::catalog_cli::run(config).await?;
+            print!("{}", outcome.render(&file));
+            std::io::Write::flush(&mut std::io::stdout())?;
+            if matches!(
+                outcome,
+                holdfast_server::master::catalog_cli::Outcome::Rejected(_)
+            ) {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Tenant(TenantCommand::Create(config)) => {
+            holdfast_server::telemetry::init(false);
+            let created = holdfast_server::master::tenants::run(config).await?;
+            print!("{}", created.render());
+            std::io::Write::flush(&mut std::io::stdout())?;
             Ok(())
         }
         Command::Reconcile(config) => {

@@ -182,6 +182,8 @@ pub(crate) fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     // v1.1 parts: users (admin_users.rs), catalog (admin_catalog.rs),
     // customers and price lists (admin_customers.rs).
+    doc.merge(http::admin_users::ApiDoc::openapi());
+    doc.merge(http::admin_catalog::ApiDoc::openapi());
     BearerAuth.modify(&mut doc);
     Problems.modify(&mut doc);
     doc

@@ -44,3 +44,26 @@ pub async fn record_in_tx(
         .await?;
     Ok(())
 }
+
+/// [`record_in_tx`] for many documents of one kind in one statement.
+pub async fn record_many_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    kind: DocKind,
+    docs: &[(Uuid, i64)],
+) -> Result<(), sqlx::Error> {
+    let (ids, versions): (Vec<Uuid>, Vec<i64>) = docs.iter().copied().unzip();
+    sqlx::query(
+        "insert into changes (tenant_id, kind, doc_id, version)
+         select $1, $2, d.id, d.version
+           from unnest($3::uuid[], $4::int8[]) with ordinality as d(id, version, n)
+          order by d.n",
+    )
+    .bind(tenant_id)
+    .bind(kind.as_str())
+    .bind(ids)
+    .bind(versions)
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -8,7 +8,8 @@ use crate::auth;
 use crate::auth::Caller;
 
 /// Checks the credentials and, if right, stores a new device token's digest.
-/// Unknown tenant, unknown user and wrong password are one outcome (`None`).
+/// Unknown tenant, unknown or deactivated user and wrong password are one
+/// outcome (`None`).
 pub async fn login(
     db: &PgPool,
     tenant_slug: &str,
@@ -31,7 +32,7 @@ pub async fn login(
         "select t.id as tenant_id, t.slug as tenant_slug, t.name as tenant_name,
                 u.id as user_id, u.email, u.display_name, u.role, u.password_hash
            from tenants t join users u on u.tenant_id = t.id
-          where t.slug = $1 and u.email = lower($2)",
+          where t.slug = $1 and u.email = lower($2) and u.active",
     )
     .bind(tenant_slug)
     .bind(email.trim())
@@ -57,17 +58,26 @@ pub async fn login(
     };
 
     let token = auth::new_token();
-    sqlx::query(
+    // Only while the password verified is still the user's and they are
+    // still active: a reset or deactivation that committed during the
+    // (slow) verification revoked every token, and must not miss this one.
+    let issued = sqlx::query(
         "insert into device_tokens (tenant_id, id, user_id, token_sha256, device_name)
-         values ($1, $2, $3, $4, $5)",
+         select $1, $2, $3, $4, $5
+          where exists (select 1 from users
+                         where tenant_id = $1 and id = $3 and active and password_hash = $6)",
     )
     .bind(row.tenant_id)
     .bind(Uuid::now_v7())
     .bind(row.user_id)
     .bind(auth::token_digest(&token))
     .bind(device_name)
+    .bind(&row.password_hash)
     .execute(db)
     .await?;
+    if issued.rows_affected() == 0 {
+        return Ok(None);
+    }
 
     let user = SessionUser {
         id: row.user_id,
@@ -83,13 +93,15 @@ pub async fn login(
     Ok(Some((token, user, tenant)))
 }
 
-/// The caller behind a bearer token, if the token exists and is not revoked.
+/// The caller behind a bearer token, if the token exists, is not revoked and
+/// belongs to an active user (deactivating revokes the tokens too; this holds
+/// even for a token issued in a race with the deactivation).
 pub async fn caller_for_token(db: &PgPool, token: &str) -> Result<Option<Caller>, sqlx::Error> {
     let row: Option<(Uuid, Uuid, Uuid, String, String)> = sqlx::query_as(
         "select d.tenant_id, d.user_id, d.id, u.role, u.display_name
            from device_tokens d
            join users u on u.tenant_id = d.tenant_id and u.id = d.user_id
-          where d.token_sha256 = $1 and d.revoked_at is null",
+          where d.token_sha256 = $1 and d.revoked_at is null and u.active",
     )
     .bind(auth::token_digest(token))
     .fetch_optional(db)

@@ -81,7 +81,7 @@ pub enum Step {
 }
 
 /// A handler's success: status and document, or a replay found in the ledger.
-pub(crate) struct Done {
+pub struct Done {
     pub status: u16,
     pub body: Value,
     pub replayed: bool,

@@ -32,7 +32,9 @@ macro_rules! keyed_write {
 }
 
 pub(crate) mod admin;
+pub(crate) mod admin_catalog;
 pub(crate) mod admin_page;
+pub(crate) mod admin_users;
 mod cursor;
 pub(crate) mod customers;
 mod error;
@@ -66,6 +68,10 @@ pub use extract::{parse_json, ApiJson, ApiPath, ApiQuery, ClientAddr};
 /// API.md: request bodies over 1 MiB answer 413.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// A CSV import may be larger: API.md allows 100,000 rows per file, which is
+/// 5–10 MB of catalog. Only the import routes take this much.
+pub const IMPORT_MAX_BYTES: usize = 32 * 1024 * 1024;
+
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/sessions", post(sessions::login))
@@ -88,7 +94,25 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/deliveries/{id}/requeue", post(admin::requeue))
         .route("/admin/stats", get(admin::stats))
         // v1.1 master data: users and passwords (admin_users.rs).
+        .route(
+            "/admin/users",
+            get(admin_users::list).post(admin_users::create),
+        )
+        .route("/admin/users/{id}", patch(admin_users::patch))
+        .route(
+            "/admin/users/{id}/reset-password",
+            post(admin_users::reset_password),
+        )
+        .route(
+            "/sessions/current/password",
+            post(admin_users::change_password),
+        )
         // v1.1 master data: catalog (admin_catalog.rs).
+        .route(
+            "/admin/skus/import",
+            post(admin_catalog::import_skus).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
+        .route("/admin/skus/{id}", patch(admin_catalog::patch_sku))
         // v1.1 master data: customers and price lists (admin_customers.rs).
         .route("/webhooks/{tenant}/{provider}", post(webhooks::receive))
         // Sync feed (pull, stream).

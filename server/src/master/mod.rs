@@ -13,8 +13,10 @@
 //! `customer.updated`, `price_list.updated`) in that same transaction.
 
 pub mod catalog;
+pub mod catalog_cli;
 pub mod customers;
 pub mod price_lists;
+pub mod tenants;
 pub mod users;
 
 use holdfast_protocol::key::IdempotencyKey;

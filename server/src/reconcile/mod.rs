@@ -15,7 +15,7 @@
 
 mod apply;
 mod import;
-mod progress;
+pub(crate) mod progress;
 mod report;
 pub mod snapshot;
 
@@ -23,8 +23,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 pub use apply::Applied;
@@ -32,7 +31,6 @@ pub use import::Imported;
 pub use report::{Counted, Reject, Report};
 
 use crate::config::ReconcileConfig;
-use crate::pg::EmbeddedPostgres;
 use progress::Progress;
 
 /// What to reconcile, once the database is open.
@@ -66,52 +64,9 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<Report> {
         progress: true,
         test_hold,
     };
-    let (connect, embedded) = match &config.database_url {
-        Some(url) => {
-            let options: PgConnectOptions = url
-                .parse()
-                .context("DATABASE_URL is not a valid Postgres URL")?;
-            (options, None)
-        }
-        None => {
-            let dir = config.data_dir().join("postgres");
-            // A server may be running on this cluster: then it is its to
-            // stop, not ours. Only a cluster we started is stopped on exit.
-            let was_running = cluster_is_up(&dir).await;
-            let pg = EmbeddedPostgres::start(&dir).await?;
-            let options = pg.holdfast_options();
-            (options, (!was_running).then_some(pg))
-        }
-    };
-    let result = run_with(connect, &options).await;
-    if let Some(pg) = embedded {
-        if let Err(e) = pg.stop() {
-            tracing::error!(error = %e, "stopping the embedded Postgres failed");
-        }
-    }
-    result
-}
-
-async fn cluster_is_up(dir: &std::path::Path) -> bool {
-    match EmbeddedPostgres::attach(dir) {
-        Ok(pg) => pg.connect_options("postgres").connect().await.is_ok(),
-        Err(_) => false,
-    }
-}
-
-async fn run_with(connect: PgConnectOptions, options: &Options) -> anyhow::Result<Report> {
-    // The import and apply use one connection at a time; the second spares
-    // a reconnect when a statement outside a transaction runs meanwhile.
-    let db = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(connect)
-        .await
-        .context("connecting to Postgres")?;
-    crate::db::migrate(&db)
-        .await
-        .context("applying migrations")?;
-    let report = run_on(&db, options).await;
-    db.close().await;
+    let host = crate::host::HostDb::open(config.database_url.as_deref(), &config.data_dir()).await?;
+    let report = run_on(&host.pool, &options).await;
+    host.close().await;
     report
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{IsTerminal, Write};
 
-pub(super) struct Progress {
+pub(crate) struct Progress {
     on: bool,
     label: &'static str,
     total: u64,
@@ -12,7 +12,7 @@ pub(super) struct Progress {
 
 impl Progress {
     /// A bar for `total` units, shown when `wanted` and stderr is a terminal.
-    pub(super) fn new(label: &'static str, total: u64, wanted: bool) -> Self {
+    pub(crate) fn new(label: &'static str, total: u64, wanted: bool) -> Self {
         Progress {
             on: wanted && std::io::stderr().is_terminal(),
             label,
@@ -21,7 +21,7 @@ impl Progress {
         }
     }
 
-    pub(super) fn set(&mut self, done: u64) {
+    pub(crate) fn set(&mut self, done: u64) {
         if !self.on {
             return;
         }
@@ -45,7 +45,7 @@ impl Progress {
     }
 
     /// Ends the line so whatever is printed next starts on a fresh one.
-    pub(super) fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.drawn {
             let _ = writeln!(std::io::stderr());
             self.drawn = false;

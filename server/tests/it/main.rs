@@ -16,6 +16,7 @@ mod embedded_postgres;
 mod hostile;
 mod hostile_input;
 mod ledger_audit;
+mod master_catalog;
 mod mutations;
 mod operational;
 mod reconcile;

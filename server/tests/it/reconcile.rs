@@ -2,24 +2,18 @@
 //! rows, --apply through the inventory ledger, idempotent re-runs, and the
 //! real binary SIGKILLed inside an import page and inside an apply booking.
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use holdfast_server::demo;
 use holdfast_server::reconcile::{self, Options, Report};
 use serde_json::json;
 use sqlx::PgPool;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use uuid::Uuid;
 
 use crate::support::audit::assert_ledgers_match_positions;
-use crate::support::process::database_url;
+use crate::support::process::{database_url, db_name, kill_at_hold, run_binary};
 use crate::support::{kestrel_m, TestServer, MIGRATIONS};
-
-/// Waiting for the child to reach its hold point: a deadline, not a pace.
-const DEADLINE: Duration = Duration::from_secs(120);
 
 struct Sku {
     id: Uuid,
@@ -433,13 +427,6 @@ async fn apply_books_through_the_ledger_refuses_what_would_oversell_and_reruns_c
 }
 
 /// The test database's name, for a child process's DATABASE_URL.
-fn db_name(db: &PgPool) -> String {
-    db.connect_options()
-        .get_database()
-        .expect("test database name")
-        .to_owned()
-}
-
 fn binary(db: &PgPool, path: &Path, extra: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_holdfast-server"));
     cmd.args(["reconcile", "--tenant", "acme", "--page-size", "10"])
@@ -450,58 +437,6 @@ fn binary(db: &PgPool, path: &Path, extra: &[&str]) -> tokio::process::Command {
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd
-}
-
-/// Runs the binary with a test hold, waits until it holds inside its
-/// uncommitted transaction, and SIGKILLs it there.
-async fn kill_at_hold(mut cmd: tokio::process::Command, hold: &str) {
-    let mut child = cmd
-        .env("HOLDFAST_RECONCILE_TEST_HOLD", hold)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdfast-server reconcile");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    let reached = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.expect("read stderr") {
-            if line.contains("test hold") {
-                return true;
-            }
-            seen.push(line);
-        }
-        false
-    })
-    .await
-    .expect("the child reached its hold point in time");
-    assert!(reached, "the child exited before its hold point: {seen:?}");
-    child.start_kill().expect("SIGKILL");
-    let status = child.wait().await.expect("wait");
-    assert_eq!(status.signal(), Some(9), "killed by SIGKILL");
-}
-
-/// Runs the binary to the end; returns its exit code and stdout.
-async fn run_binary(mut cmd: tokio::process::Command) -> (i32, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdout = String::new();
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let mut errors = String::new();
-    let (a, b) = tokio::join!(
-        out.read_to_string(&mut stdout),
-        err.read_to_string(&mut errors)
-    );
-    a.expect("stdout");
-    b.expect("stderr");
-    let status = child.wait().await.expect("wait");
-    let code = status.code().unwrap_or(-1);
-    assert!(code == 0 || code == 2, "exit {status}: {errors}");
-    (code, stdout)
 }
 
 /// The staged outcome of a run, without the run id: what must not depend on
@@ -547,7 +482,12 @@ async fn an_import_killed_halfway_and_rerun_equals_one_clean_run(db: PgPool) {
     let clean_file = write_file(dir.path(), "clean.csv", &format!("{text}\n"));
 
     // Killed inside page 13 (10 rows a page): its writes are uncommitted.
-    kill_at_hold(binary(&db, &killed_file, &[]), "import:12").await;
+    kill_at_hold(
+        "HOLDFAST_RECONCILE_TEST_HOLD",
+        binary(&db, &killed_file, &[]),
+        "import:12",
+    )
+    .await;
     let (run, pages, imported): (Uuid, i64, Option<chrono::DateTime<chrono::Utc>>) =
         sqlx::query_as(
             "select r.id, (select count(*) from reconcile_pages p where p.run_id = r.id), r.imported_at
@@ -617,7 +557,12 @@ async fn an_apply_killed_midway_resumes_without_booking_twice(db: PgPool) {
     let feed_before = feed_rows(&db).await;
 
     // Killed inside the 4th booking: 3 committed, the 4th rolled back.
-    kill_at_hold(binary(&db, &path, &["--apply"]), "apply:3").await;
+    kill_at_hold(
+        "HOLDFAST_RECONCILE_TEST_HOLD",
+        binary(&db, &path, &["--apply"]),
+        "apply:3",
+    )
+    .await;
     let booked: Vec<Uuid> = sqlx::query_scalar(
         "select sku_id from reconcile_counts where outcome = 'booked' order by sku_id",
     )

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use holdfast_server::pg::EmbeddedPostgres;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use std::os::unix::process::ExitStatusExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 /// `holdfast-server serve` as a child process; killed (and its log shown if
 /// the test failed) when dropped.
@@ -173,4 +175,67 @@ pub fn with_database(url: &str, name: &str) -> String {
 pub fn database_url(name: &str) -> String {
     let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL (sqlx::test needs it too)");
     with_database(&admin, name)
+}
+
+/// The name of a `#[sqlx::test]` database, to hand a child process its URL.
+pub fn db_name(db: &sqlx::PgPool) -> String {
+    db.connect_options()
+        .get_database()
+        .expect("test database name")
+        .to_owned()
+}
+
+/// Waiting for a child to reach its hold point: a deadline, not a pace.
+const HOLD_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs the binary with a test hold (`env`=`hold`), waits until it holds inside its
+/// uncommitted transaction, and SIGKILLs it there.
+pub async fn kill_at_hold(env: &str, mut cmd: tokio::process::Command, hold: &str) {
+    let mut child = cmd
+        .env(env, hold)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdfast-server");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let reached = tokio::time::timeout(HOLD_DEADLINE, async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            if line.contains("test hold") {
+                return true;
+            }
+            seen.push(line);
+        }
+        false
+    })
+    .await
+    .expect("the child reached its hold point in time");
+    assert!(reached, "the child exited before its hold point: {seen:?}");
+    child.start_kill().expect("SIGKILL");
+    let status = child.wait().await.expect("wait");
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL");
+}
+
+/// Runs the binary to the end; returns its exit code and stdout.
+pub async fn run_binary(mut cmd: tokio::process::Command) -> (i32, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = String::new();
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let mut errors = String::new();
+    let (a, b) = tokio::join!(
+        out.read_to_string(&mut stdout),
+        err.read_to_string(&mut errors)
+    );
+    a.expect("stdout");
+    b.expect("stderr");
+    let status = child.wait().await.expect("wait");
+    let code = status.code().unwrap_or(-1);
+    assert!(code == 0 || code == 2, "exit {status}: {errors}");
+    (code, stdout)
 }
