@@ -5,6 +5,7 @@
 //! runs it on a private Postgres; see docs/BENCHMARKS.md.
 
 mod alloc;
+mod catalog;
 mod desk;
 mod desktop;
 mod items;
@@ -63,7 +64,7 @@ struct Cli {
 
     /// Only these items (1-9; 1, 2 and 3 always run together; 8: first and
     /// incremental pull into the client store; 9: the desk's enqueue, flush
-    /// and memory; 10: the cost of row-level security), e.g. `--only 4,6`.
+    /// and memory; 10: the cost of row-level security; 11: the 100,000-row catalog import), e.g. `--only 4,6`.
     #[arg(long, value_delimiter = ',', value_name = "ITEMS")]
     only: Vec<u8>,
 
@@ -216,7 +217,10 @@ async fn measure(mut ctx: Ctx, machine: &mut Machine) -> anyhow::Result<Report> 
     machine.postgres_settings = settings;
     let result = match items::all(&mut ctx).await {
         Ok(mut t) => match desk::run(&ctx, &mut t.0).await {
-            Ok(()) => rls::run(&ctx, &mut t.0, &mut t.1).await.map(|()| t),
+            Ok(()) => match rls::run(&ctx, &mut t.0, &mut t.1).await {
+                Ok(()) => catalog::run(&ctx, &mut t.0, &mut t.2).await.map(|()| t),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
         Err(e) => Err(e),

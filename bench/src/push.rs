@@ -321,8 +321,9 @@ async fn apply_raw(
         Op::AddLine { line, sku, base } => {
             let (version, seq) = bump(conn, who, order, Some(*base)).await?;
             sqlx::query(
-                "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered)
-                 values ($1, $2, $3, $4, 10)",
+                "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
+                 select $1, $2, $3, $4, 10, wholesale_price from skus
+                  where tenant_id = $1 and id = $4",
             )
             .bind(tn)
             .bind(line)

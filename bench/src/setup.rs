@@ -231,9 +231,10 @@ pub async fn fixture(db: &PgPool, max_clients: usize) -> anyhow::Result<Fixture>
         },
     );
     sqlx::query(
-        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered)
-         select $1, id, order_id, sku_id, $5
-           from unnest($2::uuid[], $3::uuid[], $4::uuid[]) as l(id, order_id, sku_id)",
+        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
+         select $1, l.id, l.order_id, l.sku_id, $5, s.wholesale_price
+           from unnest($2::uuid[], $3::uuid[], $4::uuid[]) as l(id, order_id, sku_id)
+           join skus s on s.tenant_id = $1 and s.id = l.sku_id",
     )
     .bind(tenant)
     .bind(&line_ids)

@@ -87,9 +87,10 @@ pub(super) async fn top_up(ctx: &Ctx, sizes: &Sizes) -> anyhow::Result<(usize, u
     .await
     .context("seeding the desk orders")?;
     sqlx::query(
-        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered)
-         select $1, id, order_id, sku_id, 12
-           from unnest($2::uuid[], $3::uuid[], $4::uuid[]) as l(id, order_id, sku_id)",
+        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
+         select $1, l.id, l.order_id, l.sku_id, 12, s.wholesale_price
+           from unnest($2::uuid[], $3::uuid[], $4::uuid[]) as l(id, order_id, sku_id)
+           join skus s on s.tenant_id = $1 and s.id = l.sku_id",
     )
     .bind(tenant)
     .bind(&line_ids)

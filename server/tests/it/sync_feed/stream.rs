@@ -339,3 +339,49 @@ async fn a_lost_listen_connection_loses_no_poke(db: PgPool) {
         desk.pull(&s, &dana, 1000).await;
     }
 }
+
+/// A desk sees the catalog change live: an imported SKU and a price change
+/// each poke its stream, and the pull right after carries them (the new SKU
+/// searchable by its code, the new price on the SKU document).
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_new_sku_and_a_price_change_reach_a_desk_live(db: PgPool) {
+    let s = TestServer::start(db).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let mut mirror = Mirror::default();
+    mirror.catch_up(&s, &dana, 1000).await;
+    let mut stream = EventStream::open(&s, &dana).await;
+
+    let upload = |csv: &'static str| {
+        s.http
+            .post(s.url("/v1/admin/skus/import"))
+            .bearer_auth(&ops)
+            .header("idempotency-key", crate::support::key())
+            .header("content-type", "text/csv")
+            .body(csv)
+            .send()
+    };
+    let resp = upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,3100,6200\n")
+        .await
+        .expect("import");
+    assert_eq!(resp.status(), StatusCode::OK);
+    stream.changed_by(Instant::now() + PATIENCE).await;
+    mirror.catch_up(&s, &dana, 1000).await;
+    let (_, found) = s.get("/v1/skus?q=ln-1", &dana).await;
+    let id: uuid::Uuid = found["skus"][0]["id"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("the new SKU is searchable by its code");
+    let (version, doc) = mirror.get("sku", id).expect("the new SKU reached the desk").clone();
+    assert_eq!((doc["code"].clone(), doc["wholesale_price"].clone()), (serde_json::json!("LN-1"), serde_json::json!(3100)));
+
+    let resp = upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,2900,6200\n")
+        .await
+        .expect("import");
+    assert_eq!(resp.status(), StatusCode::OK);
+    stream.changed_by(Instant::now() + PATIENCE).await;
+    mirror.catch_up(&s, &dana, 1000).await;
+    let (newer, doc) = mirror.get("sku", id).expect("still there").clone();
+    assert!(newer > version, "the price change is a newer version");
+    assert_eq!(doc["wholesale_price"], 2900);
+}

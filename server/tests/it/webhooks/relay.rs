@@ -685,3 +685,77 @@ async fn the_reaper_bounds_outbox_deliveries_and_inbox(db: PgPool) {
     assert_eq!(remaining, 2);
     assert!(events > 0);
 }
+
+/// Catalog changes reach partners as `sku.updated`, signed, in sequence per
+/// SKU, continuing the sequence `sku.ats_changed` uses for the same SKU.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn partners_receive_sku_updated_signed_and_in_sequence(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let partner = Partner::start(Behaviour::FailFirst(1)).await;
+    register(&s, &ops, &partner, json!(["sku.*"])).await;
+    let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
+
+    for price in [3100, 3000, 2900] {
+        let csv = format!("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,{price},6200\n");
+        let resp = s
+            .http
+            .post(s.url("/v1/admin/skus/import"))
+            .bearer_auth(&ops)
+            .header("idempotency-key", key())
+            .header("content-type", "text/csv")
+            .body(csv)
+            .send()
+            .await
+            .expect("import");
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let id: Uuid = sqlx::query_scalar("select id from skus where code = 'LN-1'")
+        .fetch_one(&db)
+        .await
+        .expect("imported");
+    let (status, body) = s
+        .call(Method::PATCH, &format!("/v1/admin/skus/{id}"), Some(&ops), Some(json!({"active": false})))
+        .await;
+    assert_problem(status, &body, 400, "idempotency_key_missing");
+    let resp = s
+        .http
+        .patch(s.url(&format!("/v1/admin/skus/{id}")))
+        .bearer_auth(&ops)
+        .header("idempotency-key", key())
+        .json(&json!({"active": false}))
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    eventually("four sku.updated events accepted", Duration::from_secs(30), || {
+        partner.accepted().len() == 4
+    })
+    .await;
+    relay.shutdown().await;
+    assert!(partner.attempts().iter().all(|a| a.verified), "every attempt verifies with the partner's secret");
+    let mut events: Vec<Value> = partner.accepted().into_values().collect();
+    events.sort_by_key(|b| b["data"]["sequence"].as_i64());
+    let seen: Vec<(i64, Value, Value)> = events
+        .iter()
+        .map(|b| {
+            assert_eq!(b["type"], "sku.updated");
+            assert_eq!(b["data"]["sku_id"], id.to_string());
+            (
+                b["data"]["sequence"].as_i64().expect("sequence"),
+                b["data"]["wholesale_price"].clone(),
+                b["data"]["active"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, json!(3100), json!(true)),
+            (2, json!(3000), json!(true)),
+            (3, json!(2900), json!(true)),
+            (4, json!(2900), json!(false)),
+        ]
+    );
+}
