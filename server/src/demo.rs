@@ -9,6 +9,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth;
+use crate::master::catalog;
 
 pub const DEMO_PASSWORD: &str = "holdfast-demo";
 
@@ -177,6 +178,16 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
     )
     .await?;
 
+    // The seed's events announce a catalogue no partner existed to hear of:
+    // there are no partners yet, so they are fanned out to nobody now rather
+    // than to whichever partner registers first.
+    sqlx::query(
+        "update outbox set fanned_out_at = now()
+          where tenant_id = any($1) and fanned_out_at is null",
+    )
+    .bind([tenant_id("acme"), tenant_id("globex")])
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     tracing::info!(acme_skus = acme.len(), "demo data seeded");
     Ok(())
@@ -231,34 +242,40 @@ async fn customer(
         .map(|_| ())
 }
 
-/// Catalogue rows, positions, and the inventory ledger rows that explain the
-/// positions (ledger sums = positions holds from the first row).
-async fn skus(conn: &mut PgConnection, tenant: &str, skus: &[SeedSku]) -> sqlx::Result<()> {
+/// The catalogue through the catalog import's own plan and apply (the SKUs,
+/// their empty positions, change rows and `sku.updated` events), then the
+/// opening stock with the inventory ledger rows that explain it (ledger sums
+/// = positions holds from the first row).
+async fn skus(conn: &mut PgConnection, tenant: &str, skus: &[SeedSku]) -> anyhow::Result<()> {
     let t = tenant_id(tenant);
+    let rows: Vec<catalog::Row> = skus
+        .iter()
+        .enumerate()
+        .map(|(i, s)| catalog::Row {
+            line: i as u64 + 2,
+            code: None,
+            style: s.style.clone(),
+            color: s.color.clone(),
+            size: s.size.clone(),
+            wholesale_price: s.wholesale_price,
+            msrp: s.wholesale_price * 2,
+            active: None,
+        })
+        .collect();
+    let plan = catalog::plan(conn, t, &rows, |r| sku_id(tenant, &r.style, &r.color, &r.size))
+        .await
+        .map_err(|e| anyhow::anyhow!("the demo catalogue does not import: {e}"))?;
+    catalog::apply_in_tx(conn, t, &plan)
+        .await
+        .map_err(|e| anyhow::anyhow!("the demo catalogue does not import: {e}"))?;
+
     let ids: Vec<Uuid> = skus.iter().map(|s| s.id).collect();
-    let styles: Vec<&str> = skus.iter().map(|s| s.style.as_str()).collect();
-    let colors: Vec<&str> = skus.iter().map(|s| s.color.as_str()).collect();
-    let sizes: Vec<&str> = skus.iter().map(|s| s.size.as_str()).collect();
-    let prices: Vec<i64> = skus.iter().map(|s| s.wholesale_price).collect();
     let on_hand: Vec<i64> = skus.iter().map(|s| s.on_hand).collect();
     let on_order: Vec<i64> = skus.iter().map(|s| s.on_order).collect();
     sqlx::query(
-        "insert into skus (tenant_id, id, style, color, size, wholesale_price, msrp)
-         select $1, id, style, color, size, price, price * 2
-           from unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-                as s(id, style, color, size, price)",
-    )
-    .bind(t)
-    .bind(&ids)
-    .bind(&styles)
-    .bind(&colors)
-    .bind(&sizes)
-    .bind(&prices)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "insert into sku_positions (tenant_id, sku_id, on_hand, on_order)
-         select $1, id, on_hand, on_order from unnest($2::uuid[], $3::bigint[], $4::bigint[]) as p(id, on_hand, on_order)",
+        "update sku_positions p set on_hand = s.on_hand, on_order = s.on_order
+           from unnest($2::uuid[], $3::bigint[], $4::bigint[]) as s(id, on_hand, on_order)
+          where p.tenant_id = $1 and p.sku_id = s.id",
     )
     .bind(t)
     .bind(&ids)

@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use super::extract::{body_rejection, parse_json, require_json_content_type};
 use super::mutations::{respond, Sent, IDEMPOTENCY_KEY, REPLAYED};
-use super::{ApiPath, ApiResult};
+use super::{ApiPath, ApiResult, ClientAddr};
 use crate::auth::Caller;
 use crate::engine::Outcome;
 use crate::error::Error;
@@ -149,15 +149,31 @@ pub(crate) async fn reset_password(
                headers(("Idempotent-Replayed" = String, description = "`true` on a replay of the stored answer"))),
               (status = 400, body = Problem,
                description = "`validation_failed`: `current` is not your password, or `new` is too short or unchanged"),
+              (status = 429, body = Problem, description = "`rate_limited`: too many wrong `current` passwords lately",
+               headers(("Retry-After" = u64, description = "seconds until a change is considered again"))),
               (status = 409, body = Problem, description = "`request_in_flight` with Retry-After"),
               (status = 422, body = Problem, description = "`idempotency_key_reused`")))]
 pub(crate) async fn change_password(
     State(state): State<AppState>,
+    ClientAddr(addr): ClientAddr,
     caller: Caller,
     sent: Sent<ChangePassword>,
 ) -> ApiResult<Response> {
     let (keyed, body) = sent.into_keyed();
     users::check_new_password(&body)?;
+    // A stolen token must not become a way to guess the password behind
+    // it: wrong `current`s are throttled like failed sign-ins (their own
+    // per-account budget, the address's shared).
+    let (tenant, account) = (caller.tenant_id.to_string(), caller.user_id.to_string());
+    if let Err(wait) = state.login_limiter.check(&tenant, &account, &addr) {
+        let secs = wait.as_secs().max(1);
+        return Err(Problem::new(
+            ProblemCode::RateLimited,
+            format!("too many wrong current passwords; try again in {secs} s"),
+        )
+        .with("retry_after", secs)
+        .into());
+    }
     let keyed = Keyed {
         fingerprint: request_fingerprint(
             "POST",
@@ -182,6 +198,13 @@ pub(crate) async fn change_password(
         }
         Begun::Claimed(mut tx) => {
             let result = users::change_password_in_tx(&mut tx, &caller, &body).await;
+            match &result {
+                Ok(_) => state.login_limiter.record_success(&tenant, &account),
+                Err(e) if users::is_wrong_current(e) => {
+                    state.login_limiter.record_failure(&tenant, &account, &addr)
+                }
+                Err(_) => {}
+            }
             master::finish(tx, &caller, &keyed, result).await?
         }
     };

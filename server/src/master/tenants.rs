@@ -7,17 +7,13 @@
 //! work with no caller's tenant yet, so it runs as the connecting role, like
 //! the demo seed.
 
-use std::path::Path;
-
-use anyhow::Context;
 use holdfast_protocol::model::Role;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::users::{self, normalize_display_name, normalize_email};
 use crate::config::TenantCreateConfig;
-use crate::pg::EmbeddedPostgres;
+use crate::host::HostDb;
 
 /// What the command was asked to create, checked.
 #[derive(Debug, Clone)]
@@ -180,8 +176,8 @@ pub async fn create(db: &PgPool, new: &NewTenant) -> Result<CreatedTenant, Tenan
 }
 
 /// `tenant create` from the command line: opens the database the way
-/// `serve` does (DATABASE_URL, or the embedded cluster under the data dir),
-/// applies migrations, creates.
+/// `serve` does (DATABASE_URL, or the embedded cluster under the data dir,
+/// see [`crate::host`]), applies migrations, creates.
 pub async fn run(config: TenantCreateConfig) -> anyhow::Result<CreatedTenant> {
     let new = NewTenant::check(
         &config.slug,
@@ -189,50 +185,9 @@ pub async fn run(config: TenantCreateConfig) -> anyhow::Result<CreatedTenant> {
         &config.operator_email,
         config.operator_name.as_deref(),
     )?;
-    let (connect, embedded) = match &config.database_url {
-        Some(url) => {
-            let options: PgConnectOptions = url
-                .parse()
-                .context("DATABASE_URL is not a valid Postgres URL")?;
-            (options, None)
-        }
-        None => {
-            let dir = config.data_dir().join("postgres");
-            // A server may be running on this cluster: then it is its to
-            // stop, not ours. Only a cluster we started is stopped on exit.
-            let was_running = cluster_is_up(&dir).await;
-            let pg = EmbeddedPostgres::start(&dir).await?;
-            let options = pg.holdfast_options();
-            (options, (!was_running).then_some(pg))
-        }
-    };
-    let result = create_with(connect, &new).await;
-    if let Some(pg) = embedded {
-        if let Err(e) = pg.stop() {
-            tracing::error!(error = %e, "stopping the embedded Postgres failed");
-        }
-    }
-    result
-}
-
-async fn cluster_is_up(dir: &Path) -> bool {
-    match EmbeddedPostgres::attach(dir) {
-        Ok(pg) => pg.connect_options("postgres").connect().await.is_ok(),
-        Err(_) => false,
-    }
-}
-
-async fn create_with(connect: PgConnectOptions, new: &NewTenant) -> anyhow::Result<CreatedTenant> {
-    let db = PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(connect)
-        .await
-        .context("connecting to Postgres")?;
-    crate::db::migrate(&db)
-        .await
-        .context("applying migrations")?;
-    let created = create(&db, new).await;
-    db.close().await;
+    let host = HostDb::open(config.database_url.as_deref(), &config.data_dir()).await?;
+    let created = create(&host.pool, &new).await;
+    host.close().await;
     Ok(created?)
 }
 

@@ -187,9 +187,25 @@ pub fn check_new_password(body: &ChangePassword) -> Result<(), Error> {
         ));
     }
     if body.current.chars().count() > MAX_PASSWORD_CHARS {
-        return Err(Error::validation("current", "is not your current password"));
+        return Err(wrong_current());
     }
     Ok(())
+}
+
+const WRONG_CURRENT: &str = "is not your current password";
+
+fn wrong_current() -> Error {
+    Error::validation("current", WRONG_CURRENT)
+}
+
+/// Whether a password change was refused for a wrong `current` (what the
+/// route throttles).
+pub fn is_wrong_current(e: &Error) -> bool {
+    let Error::Problem(p) = e else {
+        return false;
+    };
+    p.code == ProblemCode::ValidationFailed
+        && p.detail.as_deref() == Some(&format!("current: {WRONG_CURRENT}"))
 }
 
 /// Every user of the caller's tenant, by email.
@@ -387,7 +403,7 @@ pub async fn change_password_in_tx(
     .await
     .map_err(anyhow::Error::from)?;
     if !right {
-        return Err(Error::validation("current", "is not your current password"));
+        return Err(wrong_current());
     }
     if same {
         return Err(Error::validation(

@@ -118,15 +118,17 @@ async fn nul_characters_are_refused_not_a_500(db: PgPool) {
     assert_eq!(results[2]["status"], 200, "{body}");
 }
 
-/// Σ qty_ordered × wholesale_price past what bigint holds: confirming
-/// answers 400 naming `lines`, with or without a credit limit, never an
-/// overflow (500).
+/// Σ qty_ordered × unit_price past what bigint holds: the line that would
+/// take the order's total there answers 400 naming `qty_ordered` (never an
+/// overflow, a 500), and an order whose total fits still confirms — or is
+/// refused by the credit check — without one.
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn an_order_total_past_bigint_cannot_overflow_confirm(db: PgPool) {
     let s = TestServer::start(db).await;
     let dana = s.login("acme", "dana@acme.test").await;
     let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
-    for customer in ["Tokyo Distributor", "Austin Boutique"] {
+    let most = i64::MAX / 4200; // the Kestrel's wholesale price
+    for (customer, confirmed) in [("Tokyo Distributor", 200), ("Austin Boutique", 422)] {
         let order = Uuid::now_v7();
         let r = s
             .post(
@@ -137,27 +139,18 @@ async fn an_order_total_past_bigint_cannot_overflow_confirm(db: PgPool) {
             )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
-        for version in 1..=2 {
-            let r = s
-                .post(
-                    &dana,
-                    &format!("/v1/orders/{order}/lines"),
-                    &key(),
-                    json!({"id": Uuid::now_v7(), "sku_id": sku,
-                           "qty_ordered": i64::MAX, "base_version": version}),
-                )
-                .await;
-            assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
+        let line = |qty: i64| json!({"id": Uuid::now_v7(), "sku_id": sku, "qty_ordered": qty, "base_version": 1});
+        for qty in [i64::MAX, most + 1] {
+            let r = s.post(&dana, &format!("/v1/orders/{order}/lines"), &key(), line(qty)).await;
+            assert_problem(r.status, &r.json(), 400, "validation_failed");
+            assert_eq!(field(&r.json()), "qty_ordered");
         }
+        let r = s.post(&dana, &format!("/v1/orders/{order}/lines"), &key(), line(most)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
+        assert_eq!(r.json()["total"], most * 4200);
         let r = s
-            .post(
-                &dana,
-                &format!("/v1/orders/{order}/confirm"),
-                &key(),
-                json!({"base_version": 3}),
-            )
+            .post(&dana, &format!("/v1/orders/{order}/confirm"), &key(), json!({"base_version": 2}))
             .await;
-        assert_problem(r.status, &r.json(), 400, "validation_failed");
-        assert_eq!(field(&r.json()), "lines");
+        assert_eq!(r.status.as_u16(), confirmed, "{}", r.json());
     }
 }

@@ -319,7 +319,9 @@ async fn a_dead_partner_is_dead_lettered_without_delaying_a_healthy_one(db: PgPo
     let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
 
     make_activity(&s, &dana, 2).await;
-    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
+    // Every event of the activity (the demo seed's catalogue events were
+    // announced before any partner existed, to nobody).
+    let all: i64 = sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
         .fetch_one(&db)
         .await
         .expect("n");
@@ -404,7 +406,9 @@ async fn slow_partner_with_events(db: &PgPool, delay: Duration) -> (TestServer, 
     let partner = Partner::start(Behaviour::Slow(delay)).await;
     register(&s, &ops, &partner, json!(["*"])).await;
     make_activity(&s, &dana, 3).await;
-    let all: i64 = sqlx::query_scalar("select count(*) from outbox")
+    // Every event of the activity (the demo seed's catalogue events were
+    // announced before any partner existed, to nobody).
+    let all: i64 = sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
         .fetch_one(db)
         .await
         .expect("n");
