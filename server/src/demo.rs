@@ -9,7 +9,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth;
-use crate::master::catalog;
+use crate::master::{catalog, users};
+use holdfast_protocol::model::Role;
 
 pub const DEMO_PASSWORD: &str = "holdfast-demo";
 
@@ -117,7 +118,7 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         "acme",
         "dana@acme.test",
         "Dana Whitfield",
-        "account_manager",
+        Role::AccountManager,
         &next_hash(),
     )
     .await?;
@@ -126,7 +127,7 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         "acme",
         "priya@acme.test",
         "Priya Raman",
-        "account_manager",
+        Role::AccountManager,
         &next_hash(),
     )
     .await?;
@@ -135,7 +136,7 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         "acme",
         "ops@acme.test",
         "Olu Operator",
-        "operator",
+        Role::Operator,
         &next_hash(),
     )
     .await?;
@@ -166,7 +167,7 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         "globex",
         "gina@globex.test",
         "Gina Globex",
-        "account_manager",
+        Role::AccountManager,
         &next_hash(),
     )
     .await?;
@@ -208,22 +209,18 @@ async fn user(
     tenant: &str,
     email: &str,
     display_name: &str,
-    role: &str,
+    role: Role,
     password_hash: &str,
-) -> sqlx::Result<()> {
-    sqlx::query(
-        "insert into users (tenant_id, id, email, display_name, role, password_hash)
-         values ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(tenant_id(tenant))
-    .bind(user_id(tenant, email))
-    .bind(email)
-    .bind(display_name)
-    .bind(role)
-    .bind(password_hash)
-    .execute(conn)
-    .await
-    .map(|_| ())
+) -> anyhow::Result<()> {
+    let new = users::NewUser {
+        email: email.to_owned(),
+        display_name: display_name.to_owned(),
+        role,
+    };
+    users::insert_in_tx(conn, tenant_id(tenant), user_id(tenant, email), &new, password_hash)
+        .await
+        .map_err(|e| anyhow::anyhow!("demo user {email}: {e}"))?;
+    Ok(())
 }
 
 async fn customer(

@@ -150,18 +150,14 @@ pub async fn create(db: &PgPool, new: &NewTenant) -> Result<CreatedTenant, Tenan
         return Err(TenantError::SlugTaken(new.slug.clone()));
     }
     let operator_id = Uuid::now_v7();
-    sqlx::query(
-        "insert into users (tenant_id, id, email, display_name, role, password_hash)
-         values ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(tenant_id)
-    .bind(operator_id)
-    .bind(&new.operator_email)
-    .bind(&new.operator_name)
-    .bind(Role::Operator.as_str())
-    .bind(&secret.hash)
-    .execute(&mut *tx)
-    .await?;
+    let operator = super::users::NewUser {
+        email: new.operator_email.clone(),
+        display_name: new.operator_name.clone(),
+        role: Role::Operator,
+    };
+    super::users::insert_in_tx(&mut tx, tenant_id, operator_id, &operator, &secret.hash)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the operator: {e}"))?;
     tx.commit().await?;
     tracing::info!(tenant = %new.slug, %tenant_id, operator = %operator_id, "tenant created");
     Ok(CreatedTenant {

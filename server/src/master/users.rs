@@ -234,6 +234,23 @@ pub async fn create_in_tx(
     new: &NewUser,
     secret: &Secret,
 ) -> Result<Done, Error> {
+    let user = insert_in_tx(conn, caller.tenant_id, Uuid::now_v7(), new, &secret.hash).await?;
+    tracing::info!(user = %user.id, role = user.role.as_str(), "user created");
+    Done::created(holdfast_protocol::admin::CreatedUser {
+        user,
+        password: Some(secret.password.clone()),
+    })
+}
+
+/// The one place a user row is written (the admin route, `tenant create`
+/// and the demo seed): `id` and an argon2 `password_hash` given.
+pub async fn insert_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+    new: &NewUser,
+    password_hash: &str,
+) -> Result<User, Error> {
     // The insert is the decision: a duplicate writes nothing, and a
     // concurrent create of the same email waits on the unique index and then
     // sees the winner's row.
@@ -243,12 +260,12 @@ pub async fn create_in_tx(
          on conflict (tenant_id, email) do nothing
          returning {COLUMNS}"
     ))
-    .bind(caller.tenant_id)
-    .bind(Uuid::now_v7())
+    .bind(tenant_id)
+    .bind(id)
     .bind(&new.email)
     .bind(&new.display_name)
     .bind(new.role.as_str())
-    .bind(&secret.hash)
+    .bind(password_hash)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else {
@@ -257,12 +274,7 @@ pub async fn create_in_tx(
             format!("{} already has an account in this tenant", new.email),
         ));
     };
-    let user = row.into_user()?;
-    tracing::info!(user = %user.id, role = user.role.as_str(), "user created");
-    Done::created(holdfast_protocol::admin::CreatedUser {
-        user,
-        password: Some(secret.password.clone()),
-    })
+    row.into_user()
 }
 
 /// Renames, promotes, demotes, deactivates or reactivates a user → 200
