@@ -35,7 +35,9 @@ pub async fn run(ctx: &Ctx, rows: &mut Vec<Row>, notes: &mut Vec<String>) -> any
     if !(ctx.plan.only.is_empty() || ctx.plan.only.contains(&ITEM)) {
         return Ok(());
     }
-    progress::step(format_args!("item {ITEM}: importing {ROWS} new SKUs (HTTP) and COPYing as many"));
+    progress::step(format_args!(
+        "item {ITEM}: importing {ROWS} new SKUs (HTTP) and COPYing as many"
+    ));
     let file = catalog("Bench Import", ROWS, 2000);
     let started = Instant::now();
     let summary = import(ctx, &file).await?;
@@ -49,7 +51,11 @@ pub async fn run(ctx: &Ctx, rows: &mut Vec<Row>, notes: &mut Vec<String>) -> any
     rows.push(Row {
         item: format!("{ITEM}. catalog import"),
         what: format!("{ROWS} new SKUs, one text/csv request"),
-        holdfast: format!("{:.2} s ({})", http.as_secs_f64(), rate(ROWS as f64 / http.as_secs_f64())),
+        holdfast: format!(
+            "{:.2} s ({})",
+            http.as_secs_f64(),
+            rate(ROWS as f64 / http.as_secs_f64())
+        ),
         baseline: format!(
             "COPY of the same rows into the same 4 tables, 1 tx: {:.2} s",
             copy.as_secs_f64()
@@ -68,13 +74,19 @@ pub async fn run(ctx: &Ctx, rows: &mut Vec<Row>, notes: &mut Vec<String>) -> any
             .fetch_one(&ctx.pool)
             .await?;
     let mut changed = catalog("Bench Import", ROWS - 1, 2100);
-    changed.push_str(&format!("{},{},{},{},12345,24690,\n", "", quote(&style), quote(&color), quote(&size)));
+    changed.push_str(&format!(
+        "{},{},{},{},12345,24690,\n",
+        "",
+        quote(&style),
+        quote(&color),
+        quote(&size)
+    ));
 
     let quiet = allocating(ctx, hot).await?;
     let (done_tx, done_rx) = oneshot::channel();
     let loop_ctx = (ctx.http.clone(), ctx.base.clone(), ctx.bearer.clone());
     let allocations = tokio::spawn(async move {
-        let mut client = HttpAllocate::new(loop_ctx.0, loop_ctx.1, loop_ctx.2, vec![hot], 11);
+        let client = HttpAllocate::new(loop_ctx.0, loop_ctx.1, loop_ctx.2, vec![hot], 11);
         let mut samples = Vec::new();
         let mut done = done_rx;
         loop {
@@ -101,7 +113,11 @@ pub async fn run(ctx: &Ctx, rows: &mut Vec<Row>, notes: &mut Vec<String>) -> any
     rows.push(Row {
         item: format!("{ITEM}. catalog import"),
         what: format!("{ROWS} price changes, one request"),
-        holdfast: format!("{:.2} s ({})", updating.as_secs_f64(), rate(ROWS as f64 / updating.as_secs_f64())),
+        holdfast: format!(
+            "{:.2} s ({})",
+            updating.as_secs_f64(),
+            rate(ROWS as f64 / updating.as_secs_f64())
+        ),
         baseline: String::new(),
         ratio: None,
         ..Row::default()
@@ -139,7 +155,10 @@ fn catalog(style: &str, rows: usize, price: i64) -> String {
     let mut csv = String::with_capacity(rows * 60);
     csv.push_str("code,style,color,size,wholesale_price,msrp,active\n");
     for i in 0..rows {
-        csv.push_str(&format!("BI-{i:06},{style},Slate,{i},{price},{},\n", price * 2));
+        csv.push_str(&format!(
+            "BI-{i:06},{style},Slate,{i},{price},{},\n",
+            price * 2
+        ));
     }
     csv
 }
@@ -172,7 +191,13 @@ async fn import(ctx: &Ctx, csv: &str) -> anyhow::Result<serde_json::Value> {
 /// One allocation loop for a second with no import running (the quiet
 /// figure).
 async fn allocating(ctx: &Ctx, hot: crate::setup::Target) -> anyhow::Result<Latencies> {
-    let client = HttpAllocate::new(ctx.http.clone(), ctx.base.clone(), ctx.bearer.clone(), vec![hot], 12);
+    let client = HttpAllocate::new(
+        ctx.http.clone(),
+        ctx.base.clone(),
+        ctx.bearer.clone(),
+        vec![hot],
+        12,
+    );
     let mut samples = Vec::new();
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {

@@ -48,6 +48,7 @@ pub fn apply(order: Option<Order>, act: &Act, me: &Me) -> Option<Order> {
             version: 1,
             invoice_id: None,
             lines: Vec::new(),
+            total: 0,
             updated_at: now,
             updated_by: me.user_id,
             updated_by_name: me.name.clone(),
@@ -87,6 +88,10 @@ pub fn apply(order: Option<Order>, act: &Act, me: &Me) -> Option<Order> {
                     sku_id: *sku_id,
                     qty_ordered: *qty_ordered,
                     qty_allocated: 0,
+                    // The server decides the price when the line lands; the
+                    // desk does not mirror price lists yet, so a pending line
+                    // carries none (the editor shows no price for it).
+                    unit_price: 0,
                 });
             }
         }

@@ -217,9 +217,15 @@ async fn user(
         display_name: display_name.to_owned(),
         role,
     };
-    users::insert_in_tx(conn, tenant_id(tenant), user_id(tenant, email), &new, password_hash)
-        .await
-        .map_err(|e| anyhow::anyhow!("demo user {email}: {e}"))?;
+    users::insert_in_tx(
+        conn,
+        tenant_id(tenant),
+        user_id(tenant, email),
+        &new,
+        password_hash,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("demo user {email}: {e}"))?;
     Ok(())
 }
 
@@ -259,9 +265,11 @@ async fn skus(conn: &mut PgConnection, tenant: &str, skus: &[SeedSku]) -> anyhow
             active: None,
         })
         .collect();
-    let plan = catalog::plan(conn, t, &rows, |r| sku_id(tenant, &r.style, &r.color, &r.size))
-        .await
-        .map_err(|e| anyhow::anyhow!("the demo catalogue does not import: {e}"))?;
+    let plan = catalog::plan(conn, t, &rows, |r| {
+        sku_id(tenant, &r.style, &r.color, &r.size)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("the demo catalogue does not import: {e}"))?;
     catalog::apply_in_tx(conn, t, &plan)
         .await
         .map_err(|e| anyhow::anyhow!("the demo catalogue does not import: {e}"))?;

@@ -9,9 +9,10 @@ use uuid::Uuid;
 
 use super::{Migration, StoreError, StoreResult};
 
-pub(super) const MIGRATIONS: &[Migration] = &[(
-    1,
-    "create table orders (
+pub(super) const MIGRATIONS: &[Migration] = &[
+    (
+        1,
+        "create table orders (
         id                text primary key,
         customer_id       text not null,
         customer_po       text,
@@ -39,7 +40,12 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
         primary key (order_id, id)
     );
     create index order_lines_sku on order_lines (sku_id);",
-)];
+    ),
+    (
+        2,
+        "alter table order_lines add column unit_price integer not null default 0;",
+    ),
+];
 
 /// Stores `o` unless the mirror already holds a newer version (a replayed
 /// answer can carry an old document). Returns whether it was stored.
@@ -82,8 +88,9 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
     tx.prepare_cached("delete from order_lines where order_id = ?1")?
         .execute([o.id.to_string()])?;
     let mut insert = tx.prepare_cached(
-        "insert into order_lines (order_id, id, position, sku_id, qty_ordered, qty_allocated)
-         values (?1, ?2, ?3, ?4, ?5, ?6)",
+        "insert into order_lines (order_id, id, position, sku_id, qty_ordered, qty_allocated,
+                                  unit_price)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?;
     for (position, line) in o.lines.iter().enumerate() {
         insert.execute(params![
@@ -92,7 +99,8 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
             position as i64,
             line.sku_id.to_string(),
             line.qty_ordered,
-            line.qty_allocated
+            line.qty_allocated,
+            line.unit_price
         ])?;
     }
     Ok(true)
@@ -162,7 +170,7 @@ fn time(s: &str) -> StoreResult<DateTime<Utc>> {
 
 fn lines(tx: &Transaction<'_>, order_id: &str) -> StoreResult<Vec<Line>> {
     let mut stmt = tx.prepare_cached(
-        "select id, sku_id, qty_ordered, qty_allocated from order_lines
+        "select id, sku_id, qty_ordered, qty_allocated, unit_price from order_lines
           where order_id = ?1 order by position",
     )?;
     let rows = stmt
@@ -172,16 +180,18 @@ fn lines(tx: &Transaction<'_>, order_id: &str) -> StoreResult<Vec<Line>> {
                 r.get::<_, String>(1)?,
                 r.get::<_, i64>(2)?,
                 r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;
     rows.into_iter()
-        .map(|(id, sku_id, qty_ordered, qty_allocated)| {
+        .map(|(id, sku_id, qty_ordered, qty_allocated, unit_price)| {
             Ok(Line {
                 id: uuid(&id, "line id")?,
                 sku_id: uuid(&sku_id, "SKU id")?,
                 qty_ordered,
                 qty_allocated,
+                unit_price,
             })
         })
         .collect()
@@ -190,7 +200,11 @@ fn lines(tx: &Transaction<'_>, order_id: &str) -> StoreResult<Vec<Line>> {
 fn order(tx: &Transaction<'_>, r: Raw) -> StoreResult<Order> {
     let status = OrderStatus::parse(&r.status)
         .ok_or_else(|| StoreError::Corrupt(format!("order status {:?}", r.status)))?;
+    let doc_lines = lines(tx, &r.id)?;
     Ok(Order {
+        total: doc_lines.iter().fold(0i64, |sum, l| {
+            sum.saturating_add(l.qty_ordered.saturating_mul(l.unit_price))
+        }),
         id: uuid(&r.id, "order id")?,
         customer_id: uuid(&r.customer_id, "customer id")?,
         customer_po: r.customer_po,
@@ -200,7 +214,7 @@ fn order(tx: &Transaction<'_>, r: Raw) -> StoreResult<Order> {
         status,
         version: r.version,
         invoice_id: r.invoice_id.map(|i| uuid(&i, "invoice id")).transpose()?,
-        lines: lines(tx, &r.id)?,
+        lines: doc_lines,
         updated_at: time(&r.updated_at)?,
         updated_by: uuid(&r.updated_by, "user id")?,
         updated_by_name: r.updated_by_name,

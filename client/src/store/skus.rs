@@ -7,9 +7,10 @@ use uuid::Uuid;
 
 use super::{Migration, StoreError, StoreResult};
 
-pub(super) const MIGRATIONS: &[Migration] = &[(
-    1,
-    "create table skus (
+pub(super) const MIGRATIONS: &[Migration] = &[
+    (
+        1,
+        "create table skus (
         id              text primary key,
         style           text not null,
         color           text not null,
@@ -27,19 +28,25 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
         learned_at      integer not null default 0
     );
     create index skus_style on skus (style, color, size);",
-)];
+    ),
+    (
+        2,
+        "alter table skus add column code text;
+    alter table skus add column active integer not null default 1;",
+    ),
+];
 
 /// Stores `s` unless the mirror already holds a newer version.
 pub fn upsert(tx: &Transaction<'_>, s: &Sku, version: i64) -> StoreResult<()> {
     tx.prepare_cached(
         "insert into skus (id, style, color, size, wholesale_price, msrp, on_hand, on_order,
-                           allocated, ats, version, learned_at)
-         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                           allocated, ats, version, learned_at, code, active)
+         values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
          on conflict (id) do update set style = excluded.style, color = excluded.color,
                 size = excluded.size, wholesale_price = excluded.wholesale_price,
                 msrp = excluded.msrp, on_hand = excluded.on_hand, on_order = excluded.on_order,
                 allocated = excluded.allocated, ats = excluded.ats, version = excluded.version,
-                learned_at = excluded.learned_at
+                learned_at = excluded.learned_at, code = excluded.code, active = excluded.active
           where excluded.version >= skus.version",
     )?
     .execute(params![
@@ -54,7 +61,9 @@ pub fn upsert(tx: &Transaction<'_>, s: &Sku, version: i64) -> StoreResult<()> {
         s.allocated,
         s.ats,
         version,
-        super::now_ms()
+        super::now_ms(),
+        s.code,
+        s.active
     ])?;
     Ok(())
 }
@@ -78,7 +87,7 @@ pub fn delete(tx: &Transaction<'_>, id: Uuid) -> StoreResult<()> {
 }
 
 const COLUMNS: &str =
-    "id, style, color, size, wholesale_price, msrp, on_hand, on_order, allocated, ats";
+    "id, style, color, size, wholesale_price, msrp, on_hand, on_order, allocated, ats, code, active";
 
 fn sku(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Sku, StoreError>> {
     let id: String = r.get(0)?;
@@ -96,6 +105,8 @@ fn sku(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Sku, StoreError>> {
         on_order: r.get(7)?,
         allocated: r.get(8)?,
         ats: r.get(9)?,
+        code: r.get(10)?,
+        active: r.get(11)?,
     }))
 }
 

@@ -8,9 +8,10 @@ use uuid::Uuid;
 
 use super::{Migration, StoreResult};
 
-pub(super) const MIGRATIONS: &[Migration] = &[(
-    1,
-    "create table sync_state (
+pub(super) const MIGRATIONS: &[Migration] = &[
+    (
+        1,
+        "create table sync_state (
         id              integer primary key check (id = 1),
         -- Minted once per store: names this desk's token in the keychain.
         store_id        text not null,
@@ -35,7 +36,14 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
         online          integer
     );
     insert into sync_state (id, store_id) values (1, lower(hex(randomblob(16))));",
-)];
+    ),
+    (
+        2,
+        // v1.1 documents carry prices, codes and active flags the mirror
+        // did not keep: pull everything again rather than show defaults.
+        "update sync_state set cursor = null;",
+    ),
+];
 
 /// Who is signed in on this store.
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]

@@ -528,13 +528,12 @@ pub(crate) async fn change_line(
             qty_allocated,
         ));
     }
-    let unit_price: i64 = sqlx::query_scalar(
-        "select unit_price from order_lines where tenant_id = $1 and id = $2",
-    )
-    .bind(t)
-    .bind(line_id)
-    .fetch_one(&mut *conn)
-    .await?;
+    let unit_price: i64 =
+        sqlx::query_scalar("select unit_price from order_lines where tenant_id = $1 and id = $2")
+            .bind(t)
+            .bind(line_id)
+            .fetch_one(&mut *conn)
+            .await?;
     check_total(conn, t, id, Some(line_id), body.qty_ordered, unit_price).await?;
     sqlx::query("update order_lines set qty_ordered = $3 where tenant_id = $1 and id = $2")
         .bind(t)

@@ -5,13 +5,12 @@ use axum::extract::State;
 use axum::response::Response;
 use holdfast_protocol::admin::{ImportSummary, SkuPatch};
 use holdfast_protocol::model::{Role, Sku};
-use holdfast_protocol::problem::{Problem, ProblemCode};
+use holdfast_protocol::problem::Problem;
 use uuid::Uuid;
 
-use super::mutations::{FileContent, Sent, SentFile};
+use super::mutations::{Sent, SentFile};
 use super::{ApiPath, ApiResult};
 use crate::auth::Caller;
-use crate::error::Error;
 use crate::master;
 use crate::AppState;
 
@@ -31,12 +30,7 @@ pub(crate) async fn import_skus(
     sent: SentFile,
 ) -> ApiResult<Response> {
     caller.require(Role::Operator)?;
-    let FileContent::Csv(csv) = sent.content else {
-        return Err(Error::problem(
-            ProblemCode::UnsupportedMediaType,
-            "send the catalog as Content-Type: text/csv",
-        ));
-    };
+    let csv = sent.csv;
     let tenant = caller.tenant_id;
     keyed_write!(state, caller, sent.keyed, |tx| master::catalog::import(
         &mut tx, tenant, &csv

@@ -17,14 +17,11 @@ macro_rules! keyed_write {
     ($state:expr, $caller:expr, $keyed:expr, |$tx:ident| $work:expr, redact = $redact:expr) => {{
         let keyed = $keyed;
         match crate::master::begin(&$state.db, &$caller, &keyed).await? {
-            crate::master::Begun::Settled(outcome) => {
-                Ok(crate::http::mutations::respond(&outcome))
-            }
+            crate::master::Begun::Settled(outcome) => Ok(crate::http::mutations::respond(&outcome)),
             crate::master::Begun::Claimed(mut $tx) => {
                 let result = $work.await;
                 let outcome =
-                    crate::master::finish_redacting($tx, &$caller, &keyed, result, $redact)
-                        .await?;
+                    crate::master::finish_redacting($tx, &$caller, &keyed, result, $redact).await?;
                 Ok(crate::http::mutations::respond(&outcome))
             }
         }

@@ -107,17 +107,11 @@ fn required_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
     IdempotencyKey::new(raw).map_err(|e| Error::from(e.to_problem()))
 }
 
-/// A master-data upload: a CSV file (`text/csv`) or, where the route also
-/// takes one, a JSON body; with its key and fingerprint. A CSV's fingerprint
-/// is over its exact bytes.
+/// A master-data upload: a CSV file (`text/csv`) with its key and
+/// fingerprint, which is over the file's exact bytes.
 pub(crate) struct SentFile {
     pub(crate) keyed: crate::master::Keyed,
-    pub(crate) content: FileContent,
-}
-
-pub(crate) enum FileContent {
-    Csv(Bytes),
-    Json(serde_json::Value),
+    pub(crate) csv: Bytes,
 }
 
 impl<S: Send + Sync> FromRequest<S> for SentFile {
@@ -137,30 +131,19 @@ impl<S: Send + Sync> FromRequest<S> for SentFile {
             .and_then(|v| v.split(';').next())
             .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("text/csv"));
         if !csv {
-            require_json_content_type(req.headers()).map_err(|_| {
-                Error::problem(
-                    ProblemCode::UnsupportedMediaType,
-                    "send the file as Content-Type: text/csv",
-                )
-            })?;
+            return Err(Error::problem(
+                ProblemCode::UnsupportedMediaType,
+                "send the file as Content-Type: text/csv",
+            ));
         }
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(body_rejection)?;
-        let (fingerprint, content) = if csv {
-            let fingerprint =
-                holdfast_protocol::canonical::raw_request_fingerprint(&method, &path, &bytes);
-            (fingerprint, FileContent::Csv(bytes))
-        } else {
-            let value: serde_json::Value = parse_json(&bytes)?;
-            (
-                request_fingerprint(&method, &path, &value),
-                FileContent::Json(value),
-            )
-        };
+        let fingerprint =
+            holdfast_protocol::canonical::raw_request_fingerprint(&method, &path, &bytes);
         Ok(SentFile {
             keyed: crate::master::Keyed { key, fingerprint },
-            content,
+            csv: bytes,
         })
     }
 }

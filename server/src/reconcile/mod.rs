@@ -64,7 +64,8 @@ pub async fn run(config: ReconcileConfig) -> anyhow::Result<Report> {
         progress: true,
         test_hold,
     };
-    let host = crate::host::HostDb::open(config.database_url.as_deref(), &config.data_dir()).await?;
+    let host =
+        crate::host::HostDb::open(config.database_url.as_deref(), &config.data_dir()).await?;
     let report = run_on(&host.pool, &options).await;
     host.close().await;
     report

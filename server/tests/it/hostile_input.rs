@@ -141,15 +141,34 @@ async fn an_order_total_past_bigint_cannot_overflow_confirm(db: PgPool) {
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
         let line = |qty: i64| json!({"id": Uuid::now_v7(), "sku_id": sku, "qty_ordered": qty, "base_version": 1});
         for qty in [i64::MAX, most + 1] {
-            let r = s.post(&dana, &format!("/v1/orders/{order}/lines"), &key(), line(qty)).await;
+            let r = s
+                .post(
+                    &dana,
+                    &format!("/v1/orders/{order}/lines"),
+                    &key(),
+                    line(qty),
+                )
+                .await;
             assert_problem(r.status, &r.json(), 400, "validation_failed");
             assert_eq!(field(&r.json()), "qty_ordered");
         }
-        let r = s.post(&dana, &format!("/v1/orders/{order}/lines"), &key(), line(most)).await;
+        let r = s
+            .post(
+                &dana,
+                &format!("/v1/orders/{order}/lines"),
+                &key(),
+                line(most),
+            )
+            .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
         assert_eq!(r.json()["total"], most * 4200);
         let r = s
-            .post(&dana, &format!("/v1/orders/{order}/confirm"), &key(), json!({"base_version": 2}))
+            .post(
+                &dana,
+                &format!("/v1/orders/{order}/confirm"),
+                &key(),
+                json!({"base_version": 2}),
+            )
             .await;
         assert_eq!(r.status.as_u16(), confirmed, "{}", r.json());
     }

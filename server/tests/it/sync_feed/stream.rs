@@ -361,9 +361,10 @@ async fn a_new_sku_and_a_price_change_reach_a_desk_live(db: PgPool) {
             .body(csv)
             .send()
     };
-    let resp = upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,3100,6200\n")
-        .await
-        .expect("import");
+    let resp =
+        upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,3100,6200\n")
+            .await
+            .expect("import");
     assert_eq!(resp.status(), StatusCode::OK);
     stream.changed_by(Instant::now() + PATIENCE).await;
     mirror.catch_up(&s, &dana, 1000).await;
@@ -372,12 +373,19 @@ async fn a_new_sku_and_a_price_change_reach_a_desk_live(db: PgPool) {
         .as_str()
         .and_then(|v| v.parse().ok())
         .expect("the new SKU is searchable by its code");
-    let (version, doc) = mirror.get("sku", id).expect("the new SKU reached the desk").clone();
-    assert_eq!((doc["code"].clone(), doc["wholesale_price"].clone()), (serde_json::json!("LN-1"), serde_json::json!(3100)));
+    let (version, doc) = mirror
+        .get("sku", id)
+        .expect("the new SKU reached the desk")
+        .clone();
+    assert_eq!(
+        (doc["code"].clone(), doc["wholesale_price"].clone()),
+        (serde_json::json!("LN-1"), serde_json::json!(3100))
+    );
 
-    let resp = upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,2900,6200\n")
-        .await
-        .expect("import");
+    let resp =
+        upload("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,2900,6200\n")
+            .await
+            .expect("import");
     assert_eq!(resp.status(), StatusCode::OK);
     stream.changed_by(Instant::now() + PATIENCE).await;
     mirror.catch_up(&s, &dana, 1000).await;

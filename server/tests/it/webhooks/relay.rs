@@ -321,10 +321,11 @@ async fn a_dead_partner_is_dead_lettered_without_delaying_a_healthy_one(db: PgPo
     make_activity(&s, &dana, 2).await;
     // Every event of the activity (the demo seed's catalogue events were
     // announced before any partner existed, to nobody).
-    let all: i64 = sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
-        .fetch_one(&db)
-        .await
-        .expect("n");
+    let all: i64 =
+        sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
+            .fetch_one(&db)
+            .await
+            .expect("n");
     eventually(
         "healthy partner has everything",
         Duration::from_secs(30),
@@ -408,10 +409,11 @@ async fn slow_partner_with_events(db: &PgPool, delay: Duration) -> (TestServer, 
     make_activity(&s, &dana, 3).await;
     // Every event of the activity (the demo seed's catalogue events were
     // announced before any partner existed, to nobody).
-    let all: i64 = sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
-        .fetch_one(db)
-        .await
-        .expect("n");
+    let all: i64 =
+        sqlx::query_scalar("select count(*) from outbox where event_type <> 'sku.updated'")
+            .fetch_one(db)
+            .await
+            .expect("n");
     (s, partner, all)
 }
 
@@ -701,7 +703,9 @@ async fn partners_receive_sku_updated_signed_and_in_sequence(db: PgPool) {
     let relay = relay::spawn(db.clone(), fast_relay()).expect("relay");
 
     for price in [3100, 3000, 2900] {
-        let csv = format!("code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,{price},6200\n");
+        let csv = format!(
+            "code,style,color,size,wholesale_price,msrp\nLN-1,Linnet Vest,Sand,M,{price},6200\n"
+        );
         let resp = s
             .http
             .post(s.url("/v1/admin/skus/import"))
@@ -719,7 +723,12 @@ async fn partners_receive_sku_updated_signed_and_in_sequence(db: PgPool) {
         .await
         .expect("imported");
     let (status, body) = s
-        .call(Method::PATCH, &format!("/v1/admin/skus/{id}"), Some(&ops), Some(json!({"active": false})))
+        .call(
+            Method::PATCH,
+            &format!("/v1/admin/skus/{id}"),
+            Some(&ops),
+            Some(json!({"active": false})),
+        )
         .await;
     assert_problem(status, &body, 400, "idempotency_key_missing");
     let resp = s
@@ -733,12 +742,17 @@ async fn partners_receive_sku_updated_signed_and_in_sequence(db: PgPool) {
         .expect("patch");
     assert_eq!(resp.status(), StatusCode::OK);
 
-    eventually("four sku.updated events accepted", Duration::from_secs(30), || {
-        partner.accepted().len() == 4
-    })
+    eventually(
+        "four sku.updated events accepted",
+        Duration::from_secs(30),
+        || partner.accepted().len() == 4,
+    )
     .await;
     relay.shutdown().await;
-    assert!(partner.attempts().iter().all(|a| a.verified), "every attempt verifies with the partner's secret");
+    assert!(
+        partner.attempts().iter().all(|a| a.verified),
+        "every attempt verifies with the partner's secret"
+    );
     let mut events: Vec<Value> = partner.accepted().into_values().collect();
     events.sort_by_key(|b| b["data"]["sequence"].as_i64());
     let seen: Vec<(i64, Value, Value)> = events

@@ -5,4 +5,12 @@ export type Customer = { id: string, name: string,
 /**
  * Minor units; null means no limit.
  */
-credit_limit: number | null, };
+credit_limit: number | null, 
+/**
+ * Null = the SKUs' wholesale prices.
+ */
+price_list_id: string | null, email: string | null, phone: string | null, 
+/**
+ * False = takes no new orders; its open orders keep working.
+ */
+active: boolean, };

@@ -3,4 +3,8 @@
 import type { Line } from "./Line";
 import type { OrderStatus } from "./OrderStatus";
 
-export type Order = { id: string, customer_id: string, customer_po: string | null, ship_window_start: string | null, ship_window_end: string | null, notes: string | null, status: OrderStatus, version: number, invoice_id: string | null, lines: Array<Line>, updated_at: string, updated_by: string, updated_by_name: string, created_at: string, };
+export type Order = { id: string, customer_id: string, customer_po: string | null, ship_window_start: string | null, ship_window_end: string | null, notes: string | null, status: OrderStatus, version: number, invoice_id: string | null, lines: Array<Line>, 
+/**
+ * Σ qty_ordered × unit_price over the lines; confirming invoices exactly this.
+ */
+total: number, updated_at: string, updated_by: string, updated_by_name: string, created_at: string, };

@@ -13,8 +13,16 @@ ats_local: number,
 /**
  * Units the pending acts allocate (negative: release).
  */
-pending_allocation: number, id: string, style: string, color: string, size: string, wholesale_price: number, msrp: number, on_hand: number, on_order: number, allocated: number, 
+pending_allocation: number, id: string, 
+/**
+ * The tenant's own SKU/UPC string, unique per tenant.
+ */
+code: string | null, style: string, color: string, size: string, wholesale_price: number, msrp: number, on_hand: number, on_order: number, allocated: number, 
 /**
  * Available to sell: on_hand + on_order − allocated.
  */
-ats: number, };
+ats: number, 
+/**
+ * False = discontinued: no new lines; existing lines keep working.
+ */
+active: boolean, };
