@@ -23,7 +23,8 @@ function order(patch: Partial<Order> = {}): Order {
     status: 'draft',
     version: 1,
     invoice_id: null,
-    lines: [{ id: LINE, sku_id: '0190a000-0000-7000-8000-0000000000s9', qty_ordered: 5, qty_allocated: 0 }],
+    lines: [{ id: LINE, sku_id: '0190a000-0000-7000-8000-0000000000s9', qty_ordered: 5, qty_allocated: 0, unit_price: 1_000 }],
+    total: 5_000,
     updated_at: '2026-12-01T10:00:00Z',
     updated_by: '0190a000-0000-7000-8000-0000000000u1',
     updated_by_name: 'Priya',
@@ -150,7 +151,7 @@ describe('planning a whole conflict', () => {
     const base = withLine(order(), 5);
     const mine = withLine(order(), 6);
     const theirs = order({ lines: [], version: 2 });
-    const added = { id: 'new-line', sku_id: 's2', qty_ordered: 3, qty_allocated: 0 };
+    const added = { id: 'new-line', sku_id: 's2', qty_ordered: 3, qty_allocated: 0, unit_price: 1_000 };
     const mineWithAdd = { ...mine, lines: [...mine.lines, added] };
     const plan = planConflict(diffOrders(base, mineWithAdd, theirs));
     expect(plan.fields.find((f) => f.field === `line:${LINE}`)).toMatchObject({ outcome: 'choose', theirs: null });

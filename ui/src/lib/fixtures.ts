@@ -32,7 +32,7 @@ export function demoCustomers(): Customer[] {
     ['Little Fern Kids', 250_000],
     ['Northwind Outfitters', null],
   ];
-  return customers.map(([name, credit_limit]) => ({ id: uuid(), name, credit_limit }));
+  return customers.map(([name, credit_limit]) => ({ id: uuid(), name, credit_limit, price_list_id: null, email: null, phone: null, active: true }));
 }
 
 /** Four styles in their colours and size runs, every SKU with stock. */
@@ -53,6 +53,8 @@ export function demoSkus(): Sku[] {
         const onHand = style === 'Kestrel Overshirt' && color === 'Washed Indigo' && size === 'M' ? 6 : 10 + ((n * 7) % 40);
         out.push({
           id: uuid(),
+          code: null,
+          active: true,
           style,
           color,
           size,

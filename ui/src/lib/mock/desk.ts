@@ -182,6 +182,7 @@ export class Desk {
       version: 0,
       invoice_id: null,
       lines: [],
+      total: 0,
       updated_at: nowIso,
       updated_by: me.id,
       updated_by_name: me.name,
@@ -202,7 +203,7 @@ export class Desk {
   addLine(orderId: Uuid, skuId: Uuid, qtyOrdered: number): Uuid {
     const lineId = uuid();
     this.act(orderId, ['addLine', [orderId, skuId, qtyOrdered]], 'add_line', `add ${this.skuName(skuId)} × ${qtyOrdered}`, [`line:${lineId}`], (o) =>
-      o.lines.push({ id: lineId, sku_id: skuId, qty_ordered: qtyOrdered, qty_allocated: 0 }),
+      o.lines.push({ id: lineId, sku_id: skuId, qty_ordered: qtyOrdered, qty_allocated: 0, unit_price: this.server.skus.get(skuId)?.wholesale_price ?? 0 }),
     );
     return lineId;
   }

@@ -18,8 +18,14 @@ export interface User {
 export type Author = { id: Uuid; name: string };
 
 /** A write bumps the version and names its author, on the server and on a desk alike. */
+/** Σ qty_ordered × unit_price, as the server computes it. */
+export function orderTotal(o: Order): number {
+  return o.lines.reduce((sum, l) => sum + l.qty_ordered * l.unit_price, 0);
+}
+
 export function stamp(o: Order, by: Author, nowMs: number): void {
   o.version += 1;
+  o.total = orderTotal(o);
   o.updated_at = new Date(nowMs).toISOString();
   o.updated_by = by.id;
   o.updated_by_name = by.name;
@@ -53,13 +59,15 @@ export class PretendServer {
       version: 1,
       invoice_id: null,
       lines: [],
+      total: 0,
       updated_at: nowIso,
       updated_by: by.id,
       updated_by_name: by.name,
       created_at: nowIso,
     };
     for (const [skuId, ordered, allocated] of lines) {
-      o.lines.push({ id: uuid(), sku_id: skuId, qty_ordered: ordered, qty_allocated: allocated });
+      o.lines.push({ id: uuid(), sku_id: skuId, qty_ordered: ordered, qty_allocated: allocated, unit_price: this.skus.get(skuId)?.wholesale_price ?? 0 });
+      o.total = orderTotal(o);
       o.version += 1;
       if (allocated > 0) {
         this.takeStock(skuId, allocated);
