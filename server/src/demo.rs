@@ -9,8 +9,9 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth;
-use crate::master::{catalog, users};
-use holdfast_protocol::model::Role;
+use crate::master::{catalog, customers, price_lists, users};
+use holdfast_protocol::admin::{CreateCustomer, CreatePriceList};
+use holdfast_protocol::model::{Price, Role};
 
 pub const DEMO_PASSWORD: &str = "holdfast-demo";
 
@@ -35,6 +36,24 @@ pub fn customer_id(tenant: &str, name: &str) -> Uuid {
 
 pub fn user_id(tenant: &str, email: &str) -> Uuid {
     id(&format!("{tenant}/user/{email}"))
+}
+
+pub fn price_list_id(tenant: &str, name: &str) -> Uuid {
+    id(&format!("{tenant}/price-list/{name}"))
+}
+
+/// The demo's one price list: what Tokyo Distributor pays.
+pub const TOKYO_PRICES: &str = "Tokyo Distributor prices";
+
+/// A SKU's demo code: the initials of its style and colour, and its size
+/// (`KO-WI-M` is the Kestrel Overshirt, Washed Indigo, M).
+pub fn sku_code(style: &str, color: &str, size: &str) -> String {
+    let initials = |s: &str| -> String {
+        s.split_whitespace()
+            .filter_map(|w| w.chars().next())
+            .collect()
+    };
+    format!("{}-{}-{size}", initials(style), initials(color)).to_uppercase()
 }
 
 const ACME_STYLES: &[(&str, i64)] = &[
@@ -140,17 +159,6 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         &next_hash(),
     )
     .await?;
-    customer(&mut tx, "acme", "Austin Boutique", Some(500_000)).await?;
-    customer(&mut tx, "acme", "Tokyo Distributor", None).await?;
-    customer(
-        &mut tx,
-        "acme",
-        "Brightwater & Sons Mercantile Company of Greater Northern Ontario",
-        Some(2_500_000),
-    )
-    .await?;
-    customer(&mut tx, "acme", "Lisbon Concept Store", Some(1_000_000)).await?;
-
     let mut acme = catalogue("acme", ACME_STYLES, ACME_COLORS);
     // The SKU every story in API.md sells: exactly 6 on hand, none coming.
     for sku in &mut acme {
@@ -160,6 +168,40 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         }
     }
     skus(&mut tx, "acme", &acme).await?;
+    // Tokyo Distributor buys the Kestrel Overshirt and the Swift Tee below
+    // wholesale: the demo's customer-specific price.
+    let tokyo_prices: Vec<Price> = acme
+        .iter()
+        .filter_map(|s| match s.style.as_str() {
+            "Kestrel Overshirt" => Some((s, 3_800)),
+            "Swift Tee" => Some((s, 1_000)),
+            _ => None,
+        })
+        .map(|(s, price)| Price {
+            sku_id: s.id,
+            price,
+        })
+        .collect();
+    price_list(&mut tx, "acme", TOKYO_PRICES, tokyo_prices).await?;
+    let tokyo_list = Some(price_list_id("acme", TOKYO_PRICES));
+    customer(&mut tx, "acme", "Austin Boutique", Some(500_000), None).await?;
+    customer(&mut tx, "acme", "Tokyo Distributor", None, tokyo_list).await?;
+    customer(
+        &mut tx,
+        "acme",
+        "Brightwater & Sons Mercantile Company of Greater Northern Ontario",
+        Some(2_500_000),
+        None,
+    )
+    .await?;
+    customer(
+        &mut tx,
+        "acme",
+        "Lisbon Concept Store",
+        Some(1_000_000),
+        None,
+    )
+    .await?;
 
     tenant(&mut tx, "globex", "Globex Outfitters").await?;
     user(
@@ -171,11 +213,18 @@ pub async fn seed(db: &PgPool) -> anyhow::Result<()> {
         &next_hash(),
     )
     .await?;
-    customer(&mut tx, "globex", "Globex Retail West", Some(1_000_000)).await?;
     skus(
         &mut tx,
         "globex",
         &catalogue("globex", GLOBEX_STYLES, GLOBEX_COLORS),
+    )
+    .await?;
+    customer(
+        &mut tx,
+        "globex",
+        "Globex Retail West",
+        Some(1_000_000),
+        None,
     )
     .await?;
 
@@ -229,20 +278,49 @@ async fn user(
     Ok(())
 }
 
+/// A customer through the admin route's own create function (its change row
+/// and `customer.updated` event).
 async fn customer(
     conn: &mut PgConnection,
     tenant: &str,
     name: &str,
     credit_limit: Option<i64>,
-) -> sqlx::Result<()> {
-    sqlx::query("insert into customers (tenant_id, id, name, credit_limit) values ($1, $2, $3, $4)")
-        .bind(tenant_id(tenant))
-        .bind(customer_id(tenant, name))
-        .bind(name)
-        .bind(credit_limit)
-        .execute(conn)
+    price_list_id: Option<Uuid>,
+) -> anyhow::Result<()> {
+    let body = CreateCustomer {
+        id: customer_id(tenant, name),
+        name: name.to_owned(),
+        credit_limit,
+        price_list_id,
+        email: None,
+        phone: None,
+    };
+    customers::create(conn, tenant_id(tenant), body)
         .await
-        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("demo customer {name}: {e}"))?;
+    Ok(())
+}
+
+/// A price list and its prices through the admin routes' own functions.
+async fn price_list(
+    conn: &mut PgConnection,
+    tenant: &str,
+    name: &str,
+    prices: Vec<Price>,
+) -> anyhow::Result<()> {
+    let t = tenant_id(tenant);
+    let id = price_list_id(tenant, name);
+    let body = CreatePriceList {
+        id,
+        name: name.to_owned(),
+    };
+    price_lists::create(conn, t, body)
+        .await
+        .map_err(|e| anyhow::anyhow!("demo price list {name}: {e}"))?;
+    price_lists::replace_prices(conn, t, id, prices)
+        .await
+        .map_err(|e| anyhow::anyhow!("demo price list {name}: {e}"))?;
+    Ok(())
 }
 
 /// The catalogue through the catalog import's own plan and apply (the SKUs,
@@ -256,7 +334,7 @@ async fn skus(conn: &mut PgConnection, tenant: &str, skus: &[SeedSku]) -> anyhow
         .enumerate()
         .map(|(i, s)| catalog::Row {
             line: i as u64 + 2,
-            code: None,
+            code: Some(sku_code(&s.style, &s.color, &s.size)),
             style: s.style.clone(),
             color: s.color.clone(),
             size: s.size.clone(),

@@ -184,6 +184,7 @@ pub(crate) fn document() -> utoipa::openapi::OpenApi {
     // customers and price lists (admin_customers.rs).
     doc.merge(http::admin_users::ApiDoc::openapi());
     doc.merge(http::admin_catalog::ApiDoc::openapi());
+    doc.merge(http::admin_customers::ApiDoc::openapi());
     BearerAuth.modify(&mut doc);
     Problems.modify(&mut doc);
     doc

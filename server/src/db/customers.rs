@@ -73,3 +73,19 @@ pub async fn load_many(
     .await?;
     Ok(rows.into_iter().map(Customer::from).collect())
 }
+
+/// A customer, its row locked until the transaction ends (an edit).
+pub async fn load_for_update(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Customer>, sqlx::Error> {
+    let row: Option<Row> = sqlx::query_as(&format!(
+        "select {COLUMNS} from customers where tenant_id = $1 and id = $2 for no key update"
+    ))
+    .bind(tenant_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(Customer::from))
+}

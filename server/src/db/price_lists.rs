@@ -49,3 +49,31 @@ pub async fn load(
 ) -> Result<Option<PriceList>, sqlx::Error> {
     Ok(load_many(conn, tenant_id, &[id]).await?.pop())
 }
+
+/// A price list as the operator's page lists it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Summary {
+    pub id: Uuid,
+    pub name: String,
+    /// How many SKUs it prices.
+    pub entries: i64,
+    /// How many customers are on it.
+    pub customers: i64,
+}
+
+/// Every price list of the tenant, by name.
+pub async fn list(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Vec<Summary>, sqlx::Error> {
+    sqlx::query_as(
+        "select p.id, p.name,
+                (select count(*) from price_list_entries e
+                  where e.tenant_id = p.tenant_id and e.price_list_id = p.id) as entries,
+                (select count(*) from customers c
+                  where c.tenant_id = p.tenant_id and c.price_list_id = p.id) as customers
+           from price_lists p
+          where p.tenant_id = $1
+          order by p.name, p.id",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await
+}

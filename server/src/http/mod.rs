@@ -30,6 +30,7 @@ macro_rules! keyed_write {
 
 pub(crate) mod admin;
 pub(crate) mod admin_catalog;
+pub(crate) mod admin_customers;
 pub(crate) mod admin_page;
 pub(crate) mod admin_users;
 mod cursor;
@@ -50,7 +51,7 @@ use std::time::Instant;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 use axum::Router;
 use holdfast_protocol::problem::ProblemCode;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -111,6 +112,24 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/admin/skus/{id}", patch(admin_catalog::patch_sku))
         // v1.1 master data: customers and price lists (admin_customers.rs).
+        .route("/admin/customers", post(admin_customers::create_customer))
+        .route(
+            "/admin/customers/import",
+            post(admin_customers::import_customers).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
+        .route(
+            "/admin/customers/{id}",
+            patch(admin_customers::patch_customer),
+        )
+        .route(
+            "/admin/price-lists",
+            post(admin_customers::create_price_list),
+        )
+        .route(
+            "/admin/price-lists/{id}/prices",
+            put(admin_customers::put_prices).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
+        .route("/price-lists/{id}", get(admin_customers::get_price_list))
         .route("/webhooks/{tenant}/{provider}", post(webhooks::receive))
         // Sync feed (pull, stream).
         .route("/sync/pull", get(sync::pull))

@@ -24,13 +24,13 @@ use serde_json::{json, Value};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::sheet::{self, error, Layout};
 use crate::db::changes::{record_many_in_tx, DocKind};
 use crate::db::outbox::{enqueue_many_in_tx, Aggregate, Event};
 use crate::engine::Done;
 use crate::error::Error;
 
-/// API.md: up to 100,000 rows per file.
-pub const MAX_ROWS: usize = 100_000;
+pub use super::sheet::MAX_ROWS;
 /// Longest style, colour, size or code.
 const MAX_TEXT: usize = 100;
 
@@ -157,36 +157,18 @@ impl Plan {
 
 // ---------------------------------------------------------------- parse
 
-const REQUIRED: [&str; 6] = ["code", "style", "color", "size", "wholesale_price", "msrp"];
+const LAYOUT: Layout = Layout {
+    required: &["code", "style", "color", "size", "wholesale_price", "msrp"],
+    optional: &["active"],
+    expected: "code,style,color,size,wholesale_price,msrp[,active]",
+};
 
 /// Reads a catalog file: header `code,style,color,size,wholesale_price,msrp`
 /// with an optional `active` column, money in minor units. Every problem is
 /// returned, each named `line N: column`.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Row>, Vec<FieldError>> {
-    let mut errors = Vec::new();
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .flexible(false)
-        .from_reader(bytes);
-    let header: Vec<String> = match reader.headers() {
-        Ok(h) => h.iter().map(|c| c.to_ascii_lowercase()).collect(),
-        Err(e) => return Err(vec![error(1, "header", csv_message(&e))]),
-    };
-    let column = |name: &str| header.iter().position(|h| h == name);
-    for name in REQUIRED {
-        if column(name).is_none() {
-            errors.push(error(1, "header", format!("the `{name}` column is missing (expected code,style,color,size,wholesale_price,msrp[,active])")));
-        }
-    }
-    for name in &header {
-        if !REQUIRED.contains(&name.as_str()) && name != "active" {
-            errors.push(error(1, "header", format!("unknown column `{name}`")));
-        }
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let at = |name: &str| column(name).unwrap_or(0);
+    let file = sheet::read(bytes, &LAYOUT)?;
+    let at = |name: &str| file.column(name).unwrap_or(0);
     let (code, style, color, size, wholesale, msrp) = (
         at("code"),
         at("style"),
@@ -195,79 +177,65 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Row>, Vec<FieldError>> {
         at("wholesale_price"),
         at("msrp"),
     );
-    let active = column("active");
+    let active = file.column("active");
 
     let mut rows = Vec::new();
-    for record in reader.records() {
+    let mut errors = Vec::new();
+    for (line, record) in &file.rows {
+        let line = *line;
         let record = match record {
             Ok(r) => r,
             Err(e) => {
-                let line = e.position().map_or(0, |p| p.line());
-                errors.push(error(line, "row", csv_message(&e)));
+                errors.push(e.clone());
                 continue;
             }
         };
-        let line = record.position().map_or(0, |p| p.line());
-        if record.iter().all(str::is_empty) {
-            continue;
-        }
-        if rows.len() + errors.len() >= MAX_ROWS {
-            errors.push(error(
-                line,
-                "row",
-                format!("a file holds at most {MAX_ROWS} rows; split it"),
-            ));
-            break;
-        }
         let cell = |i: usize| record.get(i).unwrap_or("");
         let mut row_errors = Vec::new();
-        let mut bad = |field: &str, message: String| row_errors.push(error(line, field, message));
-        let text = |field: &str, value: &str, bad: &mut dyn FnMut(&str, String)| {
-            if value.is_empty() {
-                bad(field, "is empty".into());
-            } else if value.chars().count() > MAX_TEXT || value.contains('\0') {
-                bad(field, format!("must be 1–{MAX_TEXT} characters of text"));
-            }
-            value.to_owned()
-        };
-        let money = |field: &str, value: &str, bad: &mut dyn FnMut(&str, String)| match value
-            .parse::<i64>()
-        {
-            Ok(v) if v >= 0 => v,
-            _ => {
-                bad(
-                    field,
-                    format!("{value:?} is not a whole number of cents ≥ 0"),
-                );
-                0
+        let mut check = |field: &str, result: Result<String, String>| match result {
+            Ok(v) => v,
+            Err(message) => {
+                row_errors.push(error(line, field, message));
+                String::new()
             }
         };
         let row_code = match cell(code) {
             "" => None,
-            c => Some(text("code", c, &mut bad)),
+            c => Some(check("code", sheet::text(c, MAX_TEXT))),
         };
-        let row = Row {
-            line,
-            code: row_code,
-            style: text("style", cell(style), &mut bad),
-            color: text("color", cell(color), &mut bad),
-            size: text("size", cell(size), &mut bad),
-            wholesale_price: money("wholesale_price", cell(wholesale), &mut bad),
-            msrp: money("msrp", cell(msrp), &mut bad),
-            active: match active.map(cell) {
-                None | Some("") => None,
-                Some(v) => match v.to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "1" => Some(true),
-                    "false" | "no" | "0" => Some(false),
-                    _ => {
-                        bad("active", format!("{v:?} is not true or false"));
-                        None
-                    }
-                },
+        let style = check("style", sheet::text(cell(style), MAX_TEXT));
+        let color = check("color", sheet::text(cell(color), MAX_TEXT));
+        let size = check("size", sheet::text(cell(size), MAX_TEXT));
+        let mut money = |field: &str, value: &str| {
+            sheet::money(value).unwrap_or_else(|message| {
+                row_errors.push(error(line, field, message));
+                0
+            })
+        };
+        let wholesale_price = money("wholesale_price", cell(wholesale));
+        let msrp = money("msrp", cell(msrp));
+        let active = match active.map(cell) {
+            None | Some("") => None,
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "1" => Some(true),
+                "false" | "no" | "0" => Some(false),
+                _ => {
+                    row_errors.push(error(line, "active", format!("{v:?} is not true or false")));
+                    None
+                }
             },
         };
         if row_errors.is_empty() {
-            rows.push(row);
+            rows.push(Row {
+                line,
+                code: row_code,
+                style,
+                color,
+                size,
+                wholesale_price,
+                msrp,
+                active,
+            });
         } else {
             errors.extend(row_errors);
         }
@@ -276,23 +244,6 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Row>, Vec<FieldError>> {
         Ok(rows)
     } else {
         Err(errors)
-    }
-}
-
-fn error(line: u64, field: &str, message: impl Into<String>) -> FieldError {
-    FieldError {
-        field: format!("line {line}: {field}"),
-        message: message.into(),
-    }
-}
-
-fn csv_message(e: &csv::Error) -> String {
-    match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!("has {len} fields, the header has {expected_len}"),
-        csv::ErrorKind::Utf8 { .. } => "is not UTF-8 text".into(),
-        _ => "is not valid CSV".into(),
     }
 }
 

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod catalog_cli;
 pub mod customers;
 pub mod price_lists;
+pub mod sheet;
 pub mod tenants;
 pub mod users;
 

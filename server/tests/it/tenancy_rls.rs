@@ -244,7 +244,14 @@ async fn the_request_paths_run_behind_the_wall(db: PgPool) {
     assert_eq!(status, StatusCode::OK);
     assert!(!before["customers"].as_array().expect("list").is_empty());
 
-    for table in ["customers", "skus", "sku_positions", "orders", "changes"] {
+    for table in [
+        "customers",
+        "skus",
+        "sku_positions",
+        "orders",
+        "changes",
+        "price_lists",
+    ] {
         sqlx::query(&format!(
             "create policy hide_all on {table} as restrictive to holdfast_tenant using (false)"
         ))
