@@ -17,6 +17,7 @@ mod hostile;
 mod hostile_input;
 mod ledger_audit;
 mod master_catalog;
+mod master_customers;
 mod master_users;
 mod mutations;
 mod operational;
