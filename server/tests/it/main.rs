@@ -20,6 +20,7 @@ mod master_catalog;
 mod master_customers;
 mod master_users;
 mod mutations;
+mod onboarding;
 mod operational;
 mod reconcile;
 mod sessions_and_reads;
