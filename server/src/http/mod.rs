@@ -174,6 +174,28 @@ pub fn router(state: AppState) -> Router {
             "/admin/deliveries/{id}/requeue",
             post(admin_page::requeue),
         )
+        .route(
+            "/admin/users",
+            get(admin_page::users_page).post(admin_page::create_user),
+        )
+        .route(
+            "/admin/users/{id}",
+            get(admin_page::user_page).post(admin_page::update_user),
+        )
+        .route("/admin/users/{id}/active", post(admin_page::set_user_active))
+        .route(
+            "/admin/users/{id}/reset-password",
+            post(admin_page::reset_user_password),
+        )
+        .route("/admin/catalog", get(admin_page::catalog_page))
+        .route(
+            "/admin/catalog/import",
+            post(admin_page::import_skus).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
+        .route(
+            "/admin/catalog/{id}",
+            get(admin_page::sku_page).post(admin_page::update_sku),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -10,22 +10,22 @@ use uuid::Uuid;
 use crate::support::{TestServer, MIGRATIONS};
 
 /// A browser that does not follow redirects, so each answer can be checked.
-fn browser() -> reqwest::Client {
+pub(crate) fn browser() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client")
 }
 
-struct Page {
-    status: StatusCode,
-    location: Option<String>,
-    cookies: Vec<String>,
-    body: String,
-    headers: reqwest::header::HeaderMap,
+pub(crate) struct Page {
+    pub(crate) status: StatusCode,
+    pub(crate) location: Option<String>,
+    pub(crate) cookies: Vec<String>,
+    pub(crate) body: String,
+    pub(crate) headers: reqwest::header::HeaderMap,
 }
 
-async fn read(resp: reqwest::Response) -> Page {
+pub(crate) async fn read(resp: reqwest::Response) -> Page {
     let status = resp.status();
     let headers = resp.headers().clone();
     let location = headers
@@ -50,7 +50,7 @@ async fn read(resp: reqwest::Response) -> Page {
 
 impl Page {
     /// The value a Set-Cookie gives `name`, if any.
-    fn cookie(&self, name: &str) -> Option<String> {
+    pub(crate) fn cookie(&self, name: &str) -> Option<String> {
         self.cookies.iter().find_map(|c| {
             c.strip_prefix(&format!("{name}="))
                 .map(|rest| rest.split(';').next().unwrap_or("").to_owned())
@@ -66,7 +66,7 @@ impl Page {
     }
 
     /// The first hidden CSRF field on the page.
-    fn csrf(&self) -> String {
+    pub(crate) fn csrf(&self) -> String {
         let marker = "name=\"csrf\" value=\"";
         let start = self.body.find(marker).expect("a csrf field") + marker.len();
         let end = self.body[start..].find('"').expect("closing quote");
@@ -74,13 +74,104 @@ impl Page {
     }
 }
 
-fn form(pairs: &[(&str, &str)]) -> String {
+impl Page {
+    /// The hidden fields (CSRF token, idempotency key, …) of the form that
+    /// posts to `action`, as a browser would send them.
+    pub(crate) fn hidden(&self, action: &str) -> Vec<(String, String)> {
+        let start = self
+            .body
+            .find(&format!("action=\"{action}\""))
+            .unwrap_or_else(|| panic!("a form posting to {action}: {}", self.body));
+        let end = start + self.body[start..].find("</form>").expect("form end");
+        let form = &self.body[start..end];
+        let mut fields = Vec::new();
+        let marker = "<input type=\"hidden\" name=\"";
+        let mut rest = form;
+        while let Some(at) = rest.find(marker) {
+            rest = &rest[at + marker.len()..];
+            let name_end = rest.find('"').expect("name");
+            let name = rest[..name_end].to_owned();
+            let value_at = rest.find("value=\"").expect("value") + "value=\"".len();
+            let value_end = value_at + rest[value_at..].find('"').expect("value end");
+            let value = rest[value_at..value_end]
+                .replace("&quot;", "\"")
+                .replace("&#39;", "'")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&");
+            fields.push((name, value));
+            rest = &rest[value_end..];
+        }
+        fields
+    }
+
+    /// The hidden fields of the form to `action` plus `typed`, as one
+    /// URL-encoded body.
+    pub(crate) fn fill(&self, action: &str, typed: &[(&str, &str)]) -> String {
+        let hidden = self.hidden(action);
+        let mut pairs: Vec<(&str, &str)> = hidden
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        pairs.extend_from_slice(typed);
+        form(&pairs)
+    }
+}
+
+/// Posts a multipart form (text fields, then one file) as a browser does.
+pub(crate) async fn post_file(
+    s: &TestServer,
+    path: &str,
+    cookie: &str,
+    fields: &[(String, String)],
+    file: (&str, &str, &[u8]),
+) -> Page {
+    let boundary = "----holdfast-test-boundary-7d1f";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    let (name, filename, bytes) = file;
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n\
+             Content-Type: text/csv\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let resp = browser()
+        .post(s.url(path))
+        .header(
+            CONTENT_TYPE,
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .header(COOKIE, cookie)
+        .body(body)
+        .send()
+        .await
+        .expect("post");
+    read(resp).await
+}
+
+pub(crate) fn form(pairs: &[(&str, &str)]) -> String {
     let mut url = reqwest::Url::parse("http://form.invalid/").expect("url");
     url.query_pairs_mut().extend_pairs(pairs);
     url.query().unwrap_or("").to_owned()
 }
 
-async fn post_form(s: &TestServer, path: &str, cookie: Option<&str>, body: String) -> Page {
+pub(crate) async fn post_form(
+    s: &TestServer,
+    path: &str,
+    cookie: Option<&str>,
+    body: String,
+) -> Page {
     let mut req = browser()
         .post(s.url(path))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -91,7 +182,7 @@ async fn post_form(s: &TestServer, path: &str, cookie: Option<&str>, body: Strin
     read(req.send().await.expect("post")).await
 }
 
-async fn get(s: &TestServer, path: &str, cookie: Option<&str>) -> Page {
+pub(crate) async fn get(s: &TestServer, path: &str, cookie: Option<&str>) -> Page {
     let mut req = browser().get(s.url(path));
     if let Some(c) = cookie {
         req = req.header(COOKIE, c);
@@ -100,7 +191,7 @@ async fn get(s: &TestServer, path: &str, cookie: Option<&str>) -> Page {
 }
 
 /// Fills in and submits the sign-in form as a browser would.
-async fn sign_in(s: &TestServer, tenant: &str, email: &str, password: &str) -> Page {
+pub(crate) async fn sign_in(s: &TestServer, tenant: &str, email: &str, password: &str) -> Page {
     let form_page = get(s, "/admin/login", None).await;
     assert_eq!(form_page.status, StatusCode::OK);
     let login_cookie = form_page.cookie("hf_admin_login").expect("login cookie");
@@ -120,7 +211,7 @@ async fn sign_in(s: &TestServer, tenant: &str, email: &str, password: &str) -> P
 }
 
 /// Signs in as the demo operator; returns the Cookie header to send.
-async fn operator_session(s: &TestServer) -> String {
+pub(crate) async fn operator_session(s: &TestServer) -> String {
     let page = sign_in(s, "acme", "ops@acme.test", demo::DEMO_PASSWORD).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     assert_eq!(page.location.as_deref(), Some("/admin"));

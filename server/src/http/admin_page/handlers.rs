@@ -20,7 +20,8 @@ use super::session::{
     constant_time_eq, cookie, revoke, session, session_cookie, session_cookie_named, set_cookie,
     signed_out, Session, DEVICE_NAME, LOGIN_COOKIE, SESSION_HOURS,
 };
-use super::PageResult;
+use super::{PageError, PageResult};
+use crate::auth::Caller;
 use crate::db::deliveries::{self, DeliveryState};
 use crate::db::{begin_for_tenant, partners, sessions};
 use crate::AppState;
@@ -213,6 +214,24 @@ pub(crate) async fn requeue(
     } else {
         Ok(redirect(&format!("/admin?not_requeued={id}")))
     }
+}
+
+/// The signed-in operator's tenant, as the pages name it.
+pub(super) struct Tenant {
+    pub(super) name: String,
+    /// What people type as "Tenant" when they sign in.
+    pub(super) slug: String,
+}
+
+pub(super) async fn tenant_of(state: &AppState, caller: &Caller) -> Result<Tenant, PageError> {
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let (name, slug): (String, String) =
+        sqlx::query_as("select name, slug from tenants where id = $1")
+            .bind(caller.tenant_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    Ok(Tenant { name, slug })
 }
 
 /// Loads what the dashboard shows in one tenant-bound transaction, then

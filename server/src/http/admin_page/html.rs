@@ -1,7 +1,8 @@
-//! The page's HTML: the shell and its style sheet, the sign-in form, the
-//! dashboard, message pages, and the escaping every interpolated value goes
-//! through. Every answer carries the same strict headers (no scripts, no
-//! framing, no caching).
+//! The page's HTML: the shell and its style sheet, the header with the
+//! sections' navigation, the sign-in form, the dashboard, message pages, the
+//! form fields every section uses, money as people write it, and the escaping
+//! every interpolated value goes through. Every answer carries the same
+//! strict headers (no scripts, no framing, no caching).
 
 use std::collections::HashMap;
 use std::fmt::{self, Display, Write};
@@ -16,6 +17,7 @@ use uuid::Uuid;
 
 use super::handlers::Notice;
 use super::session::{login_csrf, session_cookie_named, set_cookie, Session, LOGIN_COOKIE};
+use super::write::Refusal;
 use crate::auth::Caller;
 use crate::db::deliveries::{self, Delivery, PartnerStats};
 use crate::db::partners;
@@ -78,7 +80,7 @@ pub(super) fn not_an_operator(caller: &Caller) -> Response {
 }
 
 /// An HTML answer with the headers every page carries.
-fn html(status: StatusCode, body: String) -> Response {
+pub(super) fn html(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
     let h = r.headers_mut();
     h.insert(
@@ -95,7 +97,7 @@ fn html(status: StatusCode, body: String) -> Response {
 }
 
 /// HTML-escapes text for element content and double-quoted attributes.
-struct Escaped<'a>(&'a str);
+pub(super) struct Escaped<'a>(pub(super) &'a str);
 
 impl Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -114,27 +116,58 @@ impl Display for Escaped<'_> {
 }
 
 const STYLE: &str = "
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
-header{display:flex;gap:1em;align-items:center;padding:.6em 1.2em;background:#1d3b53;color:#fff}
-header h1{font-size:1.1em;margin:0;flex:1}
-main{padding:1em 1.2em;max-width:1400px}
+body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d232a;background:#f6f7f9}
+a{color:#1d4f7a}
+header{display:flex;gap:1em;align-items:center;flex-wrap:wrap;padding:.5em 1.2em;background:#1d3b53;color:#fff}
+header h1{font-size:1.1em;margin:0}
+header nav{flex:1}
+header nav ul{display:flex;gap:.2em;list-style:none;margin:0;padding:0;flex-wrap:wrap}
+header nav a{color:#fff;padding:.3em .7em;border-radius:4px;text-decoration:none;display:inline-block}
+header nav a:hover{text-decoration:underline}
+header nav a[aria-current=page]{background:#fff;color:#1d3b53;font-weight:600}
+.skip{position:absolute;left:-9999px}
+.skip:focus{left:.5em;top:.5em;background:#fff;color:#1d3b53;padding:.4em .8em;z-index:2}
+main{padding:1em 1.2em 3em;max-width:1400px}
+h2{font-size:1.2em;margin:1.4em 0 .5em}
+h2:first-child{margin-top:.4em}
 .cards{display:flex;gap:1em;flex-wrap:wrap}
 .card{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.6em 1em;min-width:10em}
 .card b{display:block;font-size:1.6em}
 table{border-collapse:collapse;width:100%;background:#fff;margin-bottom:1.5em}
-th,td{border:1px solid #d8dde3;padding:.3em .5em;text-align:left;vertical-align:top}
+th,td{border:1px solid #d8dde3;padding:.35em .55em;text-align:left;vertical-align:top}
 th{background:#eef1f4}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.err{max-width:40em;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.9em}
+tr.inactive td{color:#5b6670;background:#fafafa}
 .ok{color:#1a7f37}.bad{color:#b42318;font-weight:600}.warn{color:#9a6700}
-.notice{background:#e8f4ea;border:1px solid #b7dcbf;padding:.5em 1em;border-radius:6px}
-.notice.bad{background:#fdecea;border-color:#f5c2c0}
+.notice{background:#e8f4ea;border:1px solid #b7dcbf;padding:.6em 1em;border-radius:6px;max-width:60em}
+.notice.bad{background:#fdecea;border-color:#f5c2c0;color:#1d232a;font-weight:normal}
+.notice ul{margin:.4em 0 0;padding-left:1.4em}
 form.inline{display:inline;margin:0}
-label{display:block;margin:.6em 0 .2em}
-input[type=text],input[type=email],input[type=password]{width:20em;padding:.3em}
-.box{max-width:30em;margin:3em auto;background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:1.5em}
+label{display:block;margin:.6em 0 .2em;font-weight:600}
+input[type=text],input[type=email],input[type=password],input[type=search],input[type=file],select{font:inherit;padding:.35em .45em;border:1px solid #8a96a3;border-radius:4px;background:#fff}
+input[type=text],input[type=email],input[type=password],input[type=search]{width:20em;max-width:100%}
+input.short{width:8em}
+input[aria-invalid=true],select[aria-invalid=true]{border:2px solid #b42318}
+button{font:inherit;padding:.4em 1em;border:1px solid #1d3b53;border-radius:4px;background:#1d3b53;color:#fff;cursor:pointer}
+button.secondary{background:#fff;color:#1d3b53}
+button.danger{background:#fff;color:#b42318;border-color:#b42318}
+header button{background:#fff;color:#1d3b53;border-color:#fff}
+a:focus-visible,button:focus-visible,input:focus-visible,select:focus-visible,summary:focus-visible{outline:3px solid #f59e0b;outline-offset:2px}
+.panel{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.4em 1.2em 1em;margin:0 0 1.2em;max-width:60em}
+.row{display:flex;gap:0 1.2em;flex-wrap:wrap;align-items:flex-end}
+.row .field{min-width:0}
+.row button{margin-top:.6em}
+.hint{display:block;color:#4f5a65;font-size:.9em;margin-top:.2em}
+.field-error{display:block;color:#b42318;font-size:.9em;margin-top:.2em}
+.secret{display:inline-block;font:1.5em ui-monospace,monospace;background:#fff8db;border:1px dashed #9a6700;padding:.3em .7em;user-select:all;letter-spacing:.05em}
+.meta{color:#4f5a65}
+.actions{display:flex;gap:1em;flex-wrap:wrap;align-items:center}
+.vh{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}
+.box{max-width:34em;margin:3em auto;background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:1.5em}
 ";
 
-fn shell(title: &str, body: &str) -> String {
+pub(super) fn shell(title: &str, body: &str) -> String {
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
@@ -184,12 +217,388 @@ pub(super) fn login_page(
     r
 }
 
+/// The sections the header links to, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Section {
+    Deliveries,
+    Users,
+    Catalog,
+    Customers,
+    PriceLists,
+}
+
+impl Section {
+    const ALL: [Section; 5] = [
+        Section::Deliveries,
+        Section::Users,
+        Section::Catalog,
+        Section::Customers,
+        Section::PriceLists,
+    ];
+
+    fn href(self) -> &'static str {
+        match self {
+            Section::Deliveries => "/admin",
+            Section::Users => "/admin/users",
+            Section::Catalog => "/admin/catalog",
+            Section::Customers => "/admin/customers",
+            Section::PriceLists => "/admin/price-lists",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Section::Deliveries => "Deliveries",
+            Section::Users => "Users",
+            Section::Catalog => "Catalog",
+            Section::Customers => "Customers",
+            Section::PriceLists => "Price lists",
+        }
+    }
+}
+
+/// The top of every signed-in page: a skip link, the tenant, the sections
+/// (the current one marked for screen readers too), who is signed in, the
+/// sign-out button; then `<main>` opens. [`page_end`] closes it.
+pub(super) fn page_start(
+    b: &mut String,
+    session: &Session,
+    tenant_name: &str,
+    current: Section,
+) -> fmt::Result {
+    write!(
+        b,
+        "<a class=\"skip\" href=\"#main\">Skip to the content</a>\
+         <header><h1>Holdfast operator · {}</h1><nav aria-label=\"Sections\"><ul>",
+        Escaped(tenant_name)
+    )?;
+    for s in Section::ALL {
+        write!(
+            b,
+            "<li><a href=\"{}\"{}>{}</a></li>",
+            s.href(),
+            if s == current {
+                " aria-current=\"page\""
+            } else {
+                ""
+            },
+            s.name()
+        )?;
+    }
+    write!(
+        b,
+        "</ul></nav><span>{}</span>\
+         <form class=\"inline\" method=\"post\" action=\"/admin/logout\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <button type=\"submit\">Sign out</button></form></header><main id=\"main\">",
+        Escaped(&session.caller.display_name),
+        Escaped(&session.csrf)
+    )
+}
+
+pub(super) fn page_end(b: &mut String) {
+    b.push_str("</main>");
+}
+
+/// A notice after a write: what happened (a status), or why nothing did (an
+/// alert, so a screen reader says it at once), with the problems listed.
+pub(super) fn notice(b: &mut String, ok: bool, text: &str, items: &[String]) -> fmt::Result {
+    if ok {
+        write!(
+            b,
+            "<p class=\"notice\" role=\"status\">{}</p>",
+            Escaped(text)
+        )
+    } else {
+        write!(
+            b,
+            "<div class=\"notice bad\" role=\"alert\"><p><strong>{}</strong></p>",
+            Escaped(text)
+        )?;
+        if !items.is_empty() {
+            b.push_str("<ul>");
+            for i in items {
+                write!(b, "<li>{}</li>", Escaped(i))?;
+            }
+            b.push_str("</ul>");
+        }
+        b.push_str("</div>");
+        Ok(())
+    }
+}
+
+/// The hidden fields every write form carries: this session's CSRF token
+/// and a fresh idempotency key, so sending the same form twice (a double
+/// click, a browser resubmit) applies it once.
+pub(super) fn write_fields(b: &mut String, csrf: &str) -> fmt::Result {
+    write!(
+        b,
+        "<input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"{}\" value=\"{}\">",
+        Escaped(csrf),
+        super::write::KEY_FIELD,
+        super::write::fresh_key()
+    )
+}
+
+/// One labelled input, with its hint and, after a refusal, its problem
+/// (linked with `aria-describedby` and marked `aria-invalid`).
+pub(super) struct Field<'a> {
+    pub(super) id: &'a str,
+    pub(super) name: &'a str,
+    pub(super) label: &'a str,
+    pub(super) value: &'a str,
+    pub(super) kind: &'a str,
+    pub(super) hint: Option<&'a str>,
+    pub(super) error: Option<&'a str>,
+    /// Extra attributes, written as given (constants only, never input).
+    pub(super) attrs: &'static str,
+}
+
+impl<'a> Field<'a> {
+    pub(super) fn text(id: &'a str, label: &'a str, value: &'a str) -> Self {
+        Field {
+            id,
+            name: id,
+            label,
+            value,
+            kind: "text",
+            hint: None,
+            error: None,
+            attrs: "",
+        }
+    }
+
+    pub(super) fn hint(self, hint: &'a str) -> Self {
+        Field {
+            hint: Some(hint),
+            ..self
+        }
+    }
+
+    pub(super) fn error(self, error: Option<&'a str>) -> Self {
+        Field { error, ..self }
+    }
+
+    pub(super) fn kind(self, kind: &'a str) -> Self {
+        Field { kind, ..self }
+    }
+
+    pub(super) fn attrs(self, attrs: &'static str) -> Self {
+        Field { attrs, ..self }
+    }
+}
+
+fn described_by(b: &mut String, f_id: &str, hint: bool, error: bool) -> fmt::Result {
+    if !hint && !error {
+        return Ok(());
+    }
+    b.push_str(" aria-describedby=\"");
+    if error {
+        write!(b, "{}-error", Escaped(f_id))?;
+    }
+    if hint {
+        write!(b, "{}{}-hint", if error { " " } else { "" }, Escaped(f_id))?;
+    }
+    b.push('"');
+    Ok(())
+}
+
+fn field_tail(b: &mut String, id: &str, hint: Option<&str>, error: Option<&str>) -> fmt::Result {
+    if let Some(e) = error {
+        write!(
+            b,
+            "<span class=\"field-error\" id=\"{}-error\">{}</span>",
+            Escaped(id),
+            Escaped(e)
+        )?;
+    }
+    if let Some(h) = hint {
+        write!(
+            b,
+            "<span class=\"hint\" id=\"{}-hint\">{}</span>",
+            Escaped(id),
+            Escaped(h)
+        )?;
+    }
+    b.push_str("</div>");
+    Ok(())
+}
+
+pub(super) fn input(b: &mut String, f: &Field<'_>) -> fmt::Result {
+    write!(
+        b,
+        "<div class=\"field\"><label for=\"{id}\">{}</label>\
+         <input type=\"{}\" id=\"{id}\" name=\"{}\" value=\"{}\"{}",
+        Escaped(f.label),
+        Escaped(f.kind),
+        Escaped(f.name),
+        Escaped(f.value),
+        if f.error.is_some() {
+            " aria-invalid=\"true\""
+        } else {
+            ""
+        },
+        id = Escaped(f.id),
+    )?;
+    described_by(b, f.id, f.hint.is_some(), f.error.is_some())?;
+    if !f.attrs.is_empty() {
+        write!(b, " {}", f.attrs)?;
+    }
+    b.push('>');
+    field_tail(b, f.id, f.hint, f.error)
+}
+
+/// A labelled `<select>`: `options` are (value, text); `selected` is a value.
+pub(super) fn select(
+    b: &mut String,
+    f: &Field<'_>,
+    options: &[(&str, &str)],
+    selected: &str,
+) -> fmt::Result {
+    write!(
+        b,
+        "<div class=\"field\"><label for=\"{id}\">{}</label><select id=\"{id}\" name=\"{}\"{}",
+        Escaped(f.label),
+        Escaped(f.name),
+        if f.error.is_some() {
+            " aria-invalid=\"true\""
+        } else {
+            ""
+        },
+        id = Escaped(f.id),
+    )?;
+    described_by(b, f.id, f.hint.is_some(), f.error.is_some())?;
+    b.push('>');
+    for (value, text) in options {
+        write!(
+            b,
+            "<option value=\"{}\"{}>{}</option>",
+            Escaped(value),
+            if *value == selected { " selected" } else { "" },
+            Escaped(text)
+        )?;
+    }
+    b.push_str("</select>");
+    field_tail(b, f.id, f.hint, f.error)
+}
+
+/// Minor units as people write money: `123456` → "1,234.56".
+pub(super) fn money(minor: i64) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    let abs = minor.unsigned_abs();
+    let units = (abs / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in units.chars().enumerate() {
+        if i > 0 && (units.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{sign}{grouped}.{:02}", abs % 100)
+}
+
+/// Money as an operator types it ("24", "24.5", "1,024.50") → minor units.
+/// Negative amounts and more than two decimals are refused in words.
+pub(super) fn parse_money(raw: &str) -> Result<i64, String> {
+    let cleaned: String = raw
+        .trim()
+        .chars()
+        .filter(|c| *c != ',' && !c.is_whitespace())
+        .collect();
+    let refuse = || format!("“{}” is not an amount like 24.00", raw.trim());
+    if cleaned.is_empty() {
+        return Err("enter an amount, like 24.00".to_owned());
+    }
+    if cleaned.starts_with('-') {
+        return Err("must not be negative".to_owned());
+    }
+    let (units, cents) = cleaned.split_once('.').unwrap_or((&cleaned, ""));
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if units.is_empty() && cents.is_empty() || !digits(units) || !digits(cents) || cents.len() > 2 {
+        return Err(refuse());
+    }
+    let units: i64 = if units.is_empty() {
+        0
+    } else {
+        units.parse().map_err(|_| refuse())?
+    };
+    let cents: i64 = format!("{cents:0<2}").parse().map_err(|_| refuse())?;
+    units
+        .checked_mul(100)
+        .and_then(|u| u.checked_add(cents))
+        .ok_or_else(|| "is too large".to_owned())
+}
+
+/// Text as a URL query value: everything but RFC 3986's unreserved
+/// characters percent-encoded.
+pub(super) fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// A refused file's problems as a table, one row per problem, by line and
+/// column (`line 17: msrp` → 17, msrp), in the order the file has them.
+pub(super) fn file_problems(b: &mut String, file: &str, refusal: &Refusal) -> fmt::Result {
+    write!(
+        b,
+        "<div class=\"notice bad\" role=\"alert\" aria-labelledby=\"refused\">\
+         <p id=\"refused\"><strong>{} was refused, and nothing in it was applied.</strong> {}</p>\
+         <p>Fix these in the file and import it again.</p></div>",
+        Escaped(if file.is_empty() { "The file" } else { file }),
+        Escaped(&sentence(refusal.detail.trim_end_matches('.'))),
+    )?;
+    if refusal.fields.is_empty() {
+        return Ok(());
+    }
+    write!(
+        b,
+        "<table aria-label=\"Problems in the file\"><thead><tr><th scope=\"col\" class=\"num\">Line</th>\
+         <th scope=\"col\">Column</th><th scope=\"col\">Problem</th></tr></thead><tbody>"
+    )?;
+    for f in &refusal.fields {
+        let (line, column) = match f
+            .field
+            .strip_prefix("line ")
+            .and_then(|r| r.split_once(": "))
+        {
+            Some((line, column)) => (line, column),
+            None => ("", f.field.as_str()),
+        };
+        write!(
+            b,
+            "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            Escaped(line),
+            Escaped(column),
+            Escaped(&f.message)
+        )?;
+    }
+    b.push_str("</tbody></table>");
+    Ok(())
+}
+
+/// A name, capitalised for the start of a sentence.
+pub(super) fn sentence(text: &str) -> String {
+    let mut c = text.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
 /// The operator's dashboard as a whole page.
 pub(super) fn dashboard_page(view: &Dashboard<'_>) -> Response {
     let mut b = String::new();
     // Writing into a String cannot fail.
     let _ = dashboard(&mut b, view);
-    html(StatusCode::OK, shell("Operator", &b))
+    html(StatusCode::OK, shell("Deliveries", &b))
 }
 
 fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
@@ -203,16 +612,8 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
         pending,
     } = view;
     let csrf = &session.csrf;
-    write!(
-        b,
-        "<header><h1>Holdfast operator · {}</h1><span>{}</span>\
-         <form class=\"inline\" method=\"post\" action=\"/admin/logout\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <button type=\"submit\">Sign out</button></form></header><main>",
-        Escaped(tenant_name),
-        Escaped(&session.caller.display_name),
-        Escaped(csrf)
-    )?;
+    page_start(b, session, tenant_name, Section::Deliveries)?;
+    b.push_str("<h2>Partner deliveries</h2>");
     if let Some(n) = notice {
         if let Some(id) = n.requeued {
             write!(
@@ -370,6 +771,23 @@ mod tests {
             Escaped("<script>alert('x') & \"y\"</script>").to_string(),
             "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
         );
+    }
+
+    #[test]
+    fn money_reads_and_parses_like_people_write_it() {
+        assert_eq!(money(123456), "1,234.56");
+        assert_eq!(money(5), "0.05");
+        assert_eq!(money(100_000_000), "1,000,000.00");
+        assert_eq!(parse_money("24"), Ok(2400));
+        assert_eq!(parse_money(" 24.5 "), Ok(2450));
+        assert_eq!(parse_money("1,024.50"), Ok(102450));
+        assert_eq!(parse_money(".75"), Ok(75));
+        assert!(parse_money("12.345").is_err());
+        assert!(parse_money("-1").is_err());
+        assert!(parse_money("abc").is_err());
+        assert!(parse_money("").is_err());
+        assert!(parse_money("99999999999999999999").is_err());
+        assert_eq!(url_encode("a b&c=ü"), "a%20b%26c%3D%C3%BC");
     }
 
     #[test]

@@ -16,18 +16,35 @@
 //! site cannot sign a browser into an account of its choosing.
 //! SameSite=Strict stops the cookies riding on cross-site requests anyway.
 //!
-//! The parts: [`handlers`] answers the routes, [`session`] keeps the cookie
-//! session and its CSRF tokens, [`html`] renders the pages.
+//! Beyond the deliveries dashboard the page manages the tenant's master
+//! data: [`users`], [`catalog`], [`customers`] and [`price_lists`], each a
+//! list with forms. Every write there is a POST form carrying the CSRF
+//! token and a one-time idempotency key, run through the same engine as the
+//! JSON API ([`write`]), answered with a redirect and a notice, or with the
+//! form again and the refusal in words, the operator's input kept.
+//!
+//! The parts: [`handlers`] answers the dashboard's routes, [`session`] keeps
+//! the cookie session and its CSRF tokens, [`html`] renders the shell.
 
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+mod catalog;
 mod handlers;
 mod html;
 mod session;
+mod users;
+mod write;
 
+pub(crate) use catalog::{
+    edit as sku_page, import as import_skus, list as catalog_page, update as update_sku,
+};
 pub(crate) use handlers::{login, login_form, logout, page, requeue};
+pub(crate) use users::{
+    create as create_user, edit as user_page, list as users_page,
+    reset_password as reset_user_password, set_active as set_user_active, update as update_user,
+};
 
 /// A failure while rendering, logged once here: the database being
 /// unavailable is a 503 page with `Retry-After` (as the API answers it),
