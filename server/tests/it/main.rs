@@ -12,6 +12,7 @@
 mod support;
 
 mod admin_page;
+mod admin_page_catalog;
 mod admin_page_users;
 mod embedded_postgres;
 mod hostile;
