@@ -196,6 +196,27 @@ pub fn router(state: AppState) -> Router {
             "/admin/catalog/{id}",
             get(admin_page::sku_page).post(admin_page::update_sku),
         )
+        .route(
+            "/admin/customers",
+            get(admin_page::customers_page).post(admin_page::create_customer),
+        )
+        .route(
+            "/admin/customers/import",
+            post(admin_page::import_customers).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
+        .route(
+            "/admin/customers/{id}",
+            get(admin_page::customer_page).post(admin_page::update_customer),
+        )
+        .route(
+            "/admin/price-lists",
+            get(admin_page::price_lists_page).post(admin_page::create_price_list),
+        )
+        .route("/admin/price-lists/{id}", get(admin_page::price_list_page))
+        .route(
+            "/admin/price-lists/{id}/prices",
+            post(admin_page::replace_list_prices).layer(DefaultBodyLimit::max(IMPORT_MAX_BYTES)),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -377,7 +377,12 @@ async fn forged_posts_and_account_managers_are_turned_away(db: PgPool) {
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let manager = format!("hf_admin={}", body["token"].as_str().expect("token"));
-    for path in ["/admin/users", "/admin/catalog"] {
+    for path in [
+        "/admin/users",
+        "/admin/catalog",
+        "/admin/customers",
+        "/admin/price-lists",
+    ] {
         let page = get(&s, path, Some(&manager)).await;
         assert_eq!(page.status, StatusCode::FORBIDDEN, "{path}: {}", page.body);
         assert!(page.body.contains("Operators only"), "{}", page.body);

@@ -13,6 +13,7 @@ mod support;
 
 mod admin_page;
 mod admin_page_catalog;
+mod admin_page_customers;
 mod admin_page_users;
 mod embedded_postgres;
 mod hostile;

@@ -31,8 +31,10 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 mod catalog;
+mod customers;
 mod handlers;
 mod html;
+mod price_lists;
 mod session;
 mod users;
 mod write;
@@ -40,7 +42,15 @@ mod write;
 pub(crate) use catalog::{
     edit as sku_page, import as import_skus, list as catalog_page, update as update_sku,
 };
+pub(crate) use customers::{
+    create as create_customer, edit as customer_page, import as import_customers,
+    list as customers_page, update as update_customer,
+};
 pub(crate) use handlers::{login, login_form, logout, page, requeue};
+pub(crate) use price_lists::{
+    create as create_price_list, list as price_lists_page, replace_prices as replace_list_prices,
+    show as price_list_page,
+};
 pub(crate) use users::{
     create as create_user, edit as user_page, list as users_page,
     reset_password as reset_user_password, set_active as set_user_active, update as update_user,
