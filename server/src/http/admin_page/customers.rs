@@ -17,10 +17,11 @@ use holdfast_protocol::model::Customer;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::form::{input, money, parse_money, select, url_encode, write_fields, Field};
 use super::handlers::{tenant_of, Tenant};
 use super::html::{
-    file_problems, html, input, message_page, money, notice, page_end, page_start, parse_money,
-    redirect, select, shell, url_encode, write_fields, Escaped, Field, Section,
+    file_problems, html, message_page, notice, page_end, page_start, redirect, shell, Escaped,
+    Section,
 };
 use super::session::Session;
 use super::write::{field_error, page_write, reply, Refusal, Reply, Viewer, Write};

@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 
 mod catalog;
 mod customers;
+mod form;
 mod handlers;
 mod html;
 mod price_lists;

@@ -21,10 +21,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::form::{input, select, write_fields, Field};
 use super::handlers::{tenant_of, Tenant};
 use super::html::{
-    html, input, message_page, notice, page_end, page_start, redirect, select, sentence, shell,
-    write_fields, Escaped, Field, Section,
+    html, message_page, notice, page_end, page_start, redirect, sentence, shell, Escaped, Section,
 };
 use super::write::{field_error, page_write, reply, Refusal, Reply, Viewer, Write};
 use super::PageResult;
