@@ -173,17 +173,23 @@ fn list_page(b: &mut String, v: &ListView<'_>) -> fmt::Result {
             .kind("search")
             .hint("Code, style, colour or size; more words narrow it (“kestrel indigo m”)."),
     )?;
-    b.push_str("<div class=\"field\"><button type=\"submit\">Search</button></div>");
+    b.push_str("<div class=\"field submit\"><button type=\"submit\">Search</button></div>");
     if !q.is_empty() {
-        b.push_str("<div class=\"field\"><a href=\"/admin/catalog\">Show all SKUs</a></div>");
+        b.push_str(
+            "<div class=\"field submit\"><a href=\"/admin/catalog\">Show all SKUs</a></div>",
+        );
     }
     b.push_str("</div></form></div>");
 
-    b.push_str(
-        "<section class=\"panel\" aria-labelledby=\"import\"><h3 id=\"import\">Import a catalog \
-         file</h3><form method=\"post\" action=\"/admin/catalog/import\" \
+    // Folded away until wanted (a <details> opens from the keyboard too);
+    // open again after a refused file.
+    write!(
+        b,
+        "<details class=\"panel\"{}><summary><h3>Import a catalog file</h3></summary>\
+         <form method=\"post\" action=\"/admin/catalog/import\" \
          enctype=\"multipart/form-data\">",
-    );
+        if v.refused.is_some() { " open" } else { "" }
+    )?;
     write_fields(b, &v.session.csrf)?;
     b.push_str("<div class=\"row\">");
     input(
@@ -199,8 +205,8 @@ fn list_page(b: &mut String, v: &ListView<'_>) -> fmt::Result {
             ),
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Import file</button></div></div>\
-         </form></section>",
+        "</div><p><button type=\"submit\">Import file</button></p>\
+         </form></details>",
     );
 
     let heading = if q.is_empty() {

@@ -258,15 +258,22 @@ fn list_page(
     b.push_str("<div class=\"row\">");
     fields(b, form, lists, &error)?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Add customer</button></div></div>\
+        "<div class=\"field submit\"><button type=\"submit\">Add customer</button></div></div>\
          </form></section>",
     );
 
-    b.push_str(
-        "<section class=\"panel\" aria-labelledby=\"import\"><h3 id=\"import\">Import a customer \
-         file</h3><form method=\"post\" action=\"/admin/customers/import\" \
+    // Folded away until wanted; open again after a refused file.
+    write!(
+        b,
+        "<details class=\"panel\"{}><summary><h3>Import a customer file</h3></summary>\
+         <form method=\"post\" action=\"/admin/customers/import\" \
          enctype=\"multipart/form-data\">",
-    );
+        if matches!(problem, Some(Problem::File(..))) {
+            " open"
+        } else {
+            ""
+        }
+    )?;
     write_fields(b, &session.csrf)?;
     b.push_str("<div class=\"row\">");
     input(
@@ -281,8 +288,8 @@ fn list_page(
             ),
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Import file</button></div></div>\
-         </form></section>",
+        "</div><p><button type=\"submit\">Import file</button></p>\
+         </form></details>",
     );
 
     write!(

@@ -140,7 +140,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:now
 td.err{max-width:40em;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.9em}
 tr.inactive td{color:#5b6670;background:#fafafa}
 .ok{color:#1a7f37}.bad{color:#b42318;font-weight:600}.warn{color:#9a6700}
-.notice{background:#e8f4ea;border:1px solid #b7dcbf;padding:.6em 1em;border-radius:6px;max-width:60em}
+.notice{background:#e8f4ea;border:1px solid #b7dcbf;padding:.6em 1em;border-radius:6px;max-width:60em;box-sizing:border-box}
 .notice.bad{background:#fdecea;border-color:#f5c2c0;color:#1d232a;font-weight:normal}
 .notice ul{margin:.4em 0 0;padding-left:1.4em}
 form.inline{display:inline;margin:0}
@@ -155,9 +155,16 @@ button.danger{background:#fff;color:#b42318;border-color:#b42318}
 header button{background:#fff;color:#1d3b53;border-color:#fff}
 a:focus-visible,button:focus-visible,input:focus-visible,select:focus-visible,summary:focus-visible{outline:3px solid #f59e0b;outline-offset:2px}
 .panel{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.4em 1.2em 1em;margin:0 0 1.2em;max-width:60em}
-.row{display:flex;gap:0 1.2em;flex-wrap:wrap;align-items:flex-end}
+.row{display:flex;gap:0 1.2em;flex-wrap:wrap;align-items:flex-start}
 .row .field{min-width:0}
-.row button{margin-top:.6em}
+.row .submit{padding-top:calc(.8em + 1.45em)}
+.row .submit a{display:inline-block;padding:.4em 0}
+details.panel{padding:.2em 1.2em}
+details.panel[open]{padding-bottom:1em}
+details summary{cursor:pointer;padding:.6em 0;font-weight:600}
+details summary h3{display:inline;font-size:1.05em;margin:0}
+.notice{margin:0 0 1em}
+.notice table{margin:.6em 0 .2em;max-width:60em}
 .hint{display:block;color:#4f5a65;font-size:.9em;margin-top:.2em}
 .field-error{display:block;color:#b42318;font-size:.9em;margin-top:.2em}
 .secret{display:inline-block;font:1.5em ui-monospace,monospace;background:#fff8db;border:1px dashed #9a6700;padding:.3em .7em;user-select:all;letter-spacing:.05em}
@@ -330,40 +337,51 @@ pub(super) fn notice(b: &mut String, ok: bool, text: &str, items: &[String]) -> 
 /// A refused file's problems as a table, one row per problem, by line and
 /// column (`line 17: msrp` → 17, msrp), in the order the file has them.
 pub(super) fn file_problems(b: &mut String, file: &str, refusal: &Refusal) -> fmt::Result {
+    // "3 problems in the file; nothing was applied": the headline says the
+    // second half already.
+    let count = refusal
+        .detail
+        .replace("; nothing was applied", "")
+        .trim_end_matches('.')
+        .to_owned();
     write!(
         b,
-        "<div class=\"notice bad\" role=\"alert\" aria-labelledby=\"refused\">\
-         <p id=\"refused\"><strong>{} was refused, and nothing in it was applied.</strong> {}</p>\
-         <p>Fix these in the file and import it again.</p></div>",
+        "<div class=\"notice bad\" role=\"alert\"><p><strong>{} was refused, and nothing in it \
+         was applied.</strong> {}. Fix {} in the file and import it again.</p>",
         Escaped(if file.is_empty() { "The file" } else { file }),
-        Escaped(&sentence(refusal.detail.trim_end_matches('.'))),
+        Escaped(&sentence(&count)),
+        if refusal.fields.len() == 1 {
+            "it"
+        } else {
+            "them"
+        },
     )?;
-    if refusal.fields.is_empty() {
-        return Ok(());
+    if !refusal.fields.is_empty() {
+        b.push_str(
+            "<table><caption class=\"vh\">Problems in the file</caption><thead><tr>\
+             <th scope=\"col\" class=\"num\">Line</th><th scope=\"col\">Column</th>\
+             <th scope=\"col\">Problem</th></tr></thead><tbody>",
+        );
+        for f in &refusal.fields {
+            let (line, column) = match f
+                .field
+                .strip_prefix("line ")
+                .and_then(|r| r.split_once(": "))
+            {
+                Some((line, column)) => (line, column),
+                None => ("", f.field.as_str()),
+            };
+            write!(
+                b,
+                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+                Escaped(line),
+                Escaped(column),
+                Escaped(&f.message)
+            )?;
+        }
+        b.push_str("</tbody></table>");
     }
-    write!(
-        b,
-        "<table aria-label=\"Problems in the file\"><thead><tr><th scope=\"col\" class=\"num\">Line</th>\
-         <th scope=\"col\">Column</th><th scope=\"col\">Problem</th></tr></thead><tbody>"
-    )?;
-    for f in &refusal.fields {
-        let (line, column) = match f
-            .field
-            .strip_prefix("line ")
-            .and_then(|r| r.split_once(": "))
-        {
-            Some((line, column)) => (line, column),
-            None => ("", f.field.as_str()),
-        };
-        write!(
-            b,
-            "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
-            Escaped(line),
-            Escaped(column),
-            Escaped(&f.message)
-        )?;
-    }
-    b.push_str("</tbody></table>");
+    b.push_str("</div>");
     Ok(())
 }
 

@@ -87,7 +87,7 @@ fn list_page(
             .attrs("required maxlength=\"200\" autocomplete=\"off\""),
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Create price list</button></div></div>\
+        "<div class=\"field submit\"><button type=\"submit\">Create price list</button></div></div>\
          <p class=\"hint\">It starts empty; upload its prices on the next page.</p>\
          </form></section>",
     );
@@ -289,7 +289,7 @@ fn show_page(b: &mut String, v: &ShowView<'_>) -> fmt::Result {
             ),
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Replace prices</button></div></div>\
+        "</div><p><button type=\"submit\">Replace prices</button></p>\
          </form></section>",
     );
     b.push_str("<h3 id=\"prices\">Prices</h3>");

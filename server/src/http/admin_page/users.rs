@@ -160,7 +160,7 @@ fn list_page(
         role,
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Create user</button></div></div>\
+        "<div class=\"field submit\"><button type=\"submit\">Create user</button></div></div>\
          <p class=\"hint\">Holdfast makes their password and shows it to you once, on the next \
          page.</p></form></section>",
     );
@@ -437,7 +437,7 @@ fn edit_page(
         &form.role,
     )?;
     b.push_str(
-        "<div class=\"field\"><button type=\"submit\">Save changes</button></div></div>\
+        "<div class=\"field submit\"><button type=\"submit\">Save changes</button></div></div>\
          </form></section>",
     );
 
