@@ -151,6 +151,11 @@ impl Api {
         &self.base
     }
 
+    /// The bearer token this client sends (to tell whose 401 it was).
+    pub(crate) fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
         let req = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {

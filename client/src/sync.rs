@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use holdfast_protocol::backoff::full_jitter_ms;
 use holdfast_protocol::model::{
-    AllocationResult, Customer, Invoice, Order, PushItem, PushResponse, Sku,
+    AllocationResult, Customer, Invoice, Order, PriceList, PushItem, PushResponse, Sku,
 };
 use holdfast_protocol::problem::ProblemCode;
 use rusqlite::Transaction;
@@ -32,8 +32,8 @@ use crate::api::{Api, ApiError, PullPage, SseParser};
 use crate::engine::{problem_of, Engine, EngineEvent, Error, Result};
 use crate::store::pending::{self, Row, Status, Visit};
 use crate::store::{
-    conflicts, customers, invoices, now_ms, orders, rejections, skus, sync_state, StoreError,
-    SyncLock,
+    conflicts, customers, invoices, now_ms, orders, price_lists, rejections, skus, sync_state,
+    StoreError, SyncLock,
 };
 
 /// What one pass did.
@@ -94,7 +94,7 @@ impl Engine {
             self.pull_locked(&api, &mut report).await
         }
         .await;
-        self.finish_pass(result, report)
+        self.finish_pass(&api, result, report)
     }
 
     /// Push only (tests and the CLI's `sync --push-only`).
@@ -103,7 +103,7 @@ impl Engine {
         let api = self.api()?;
         let mut report = SyncReport::default();
         let result = self.push_locked(&api, &mut report).await;
-        self.finish_pass(result, report)
+        self.finish_pass(&api, result, report)
     }
 
     /// Pull only: brings the server's documents, never touches pending acts.
@@ -112,10 +112,10 @@ impl Engine {
         let api = self.api()?;
         let mut report = SyncReport::default();
         let result = self.pull_locked(&api, &mut report).await;
-        self.finish_pass(result, report)
+        self.finish_pass(&api, result, report)
     }
 
-    fn finish_pass(&self, result: Result<()>, report: SyncReport) -> Result<SyncReport> {
+    fn finish_pass(&self, api: &Api, result: Result<()>, report: SyncReport) -> Result<SyncReport> {
         let now = now_ms();
         match result {
             Ok(()) => {
@@ -129,15 +129,13 @@ impl Engine {
                 Ok(report)
             }
             Err(Error::Api(e)) if e.is_unauthorized() => {
-                let msg = Error::Unauthorized.to_string();
-                self.inner
-                    .store
-                    .write(|tx| sync_state::failed(tx, &msg, false, now, |_| 0).map(|_| ()))?;
-                self.emit(EngineEvent::SyncFailed {
-                    error: msg,
-                    offline: false,
-                    next_attempt_at: None,
-                });
+                // The token this pass used is dead (revoked by an operator:
+                // the user deactivated, their password reset). Sign the desk
+                // out and keep every queued act for the next sign-in.
+                self.session_ended(api)?;
+                if report.applied + report.conflicts + report.rejections > 0 {
+                    self.emit(EngineEvent::Changed);
+                }
                 Err(Error::Unauthorized)
             }
             Err(Error::Api(e)) => {
@@ -550,6 +548,7 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
             "sku" => skus::delete(tx, change.id)?,
             "customer" => customers::delete(tx, change.id)?,
             "invoice" => invoices::delete(tx, change.id)?,
+            "price_list" => price_lists::delete(tx, change.id)?,
             _ => {}
         }
         return Ok(());
@@ -589,6 +588,11 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
                 invoices::upsert(tx, &i, change.version)?;
             }
         }
+        "price_list" => {
+            if let Some(p) = read::<PriceList>(change, data) {
+                price_lists::upsert(tx, &p, change.version)?;
+            }
+        }
         other => tracing::debug!(kind = other, "skipping a change of an unknown kind"),
     }
     Ok(())
@@ -600,9 +604,12 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
 async fn stream_task(engine: Engine) {
     let mut failures: u32 = 0;
     loop {
+        let mut used: Option<Api> = None;
         let result: Result<(), Error> = async {
             let api = engine.api()?;
-            let mut resp = api.stream().await?;
+            let stream = api.stream().await;
+            used = Some(api);
+            let mut resp = stream?;
             // Connected: everything that failed for want of a network may go.
             engine.connectivity_returned()?;
             engine.emit(EngineEvent::StreamConnected);
@@ -628,9 +635,15 @@ async fn stream_task(engine: Engine) {
             Ok(()) => continue,
             Err(e) => e,
         };
-        if matches!(e, Error::NotSignedIn | Error::Unauthorized)
-            || matches!(&e, Error::Api(a) if a.is_unauthorized())
-        {
+        if matches!(&e, Error::Api(a) if a.is_unauthorized()) {
+            if let Some(api) = &used {
+                if let Err(e) = engine.session_ended(api) {
+                    tracing::warn!(error = %e, "recording the end of the session");
+                }
+            }
+            return;
+        }
+        if matches!(e, Error::NotSignedIn | Error::Unauthorized) {
             return;
         }
         engine.emit(EngineEvent::StreamLost {

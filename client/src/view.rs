@@ -6,6 +6,8 @@
 //! (every success adds exactly 1 to the version). An act that cannot apply
 //! locally (its line is gone) changes nothing here; the server will say why.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Line, Order, OrderStatus, Sku};
 use serde::Serialize;
@@ -88,9 +90,8 @@ pub fn apply(order: Option<Order>, act: &Act, me: &Me) -> Option<Order> {
                     sku_id: *sku_id,
                     qty_ordered: *qty_ordered,
                     qty_allocated: 0,
-                    // The server decides the price when the line lands; the
-                    // desk does not mirror price lists yet, so a pending line
-                    // carries none (the editor shows no price for it).
+                    // The server decides the price when the line lands;
+                    // [`order_view`] shows the desk's expectation meanwhile.
                     unit_price: 0,
                 });
             }
@@ -177,11 +178,29 @@ impl PendingMark {
     }
 }
 
+/// Where a line's `unit_price` in the view comes from.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinePrice {
+    pub line_id: Uuid,
+    /// The price the desk showed when the user added the line here (the
+    /// customer's price list, else wholesale); None for a line added
+    /// elsewhere, or whose SKU this desk did not know.
+    pub expected: Option<i64>,
+    /// The server's document carries the line: `unit_price` is the server's
+    /// (decided when the line landed, never changed since). False: the add
+    /// is pending and `unit_price` is `expected` (0 if unknown).
+    pub priced_by_server: bool,
+}
+
 /// An order as the user sees it.
 #[derive(ts_rs::TS, Debug, Clone, Serialize)]
 pub struct OrderView {
-    /// The server's document with the pending acts applied.
+    /// The server's document with the pending acts applied; a line the
+    /// server has not priced yet carries the desk's expected price, and
+    /// `total` is Σ qty_ordered × unit_price over these lines.
     pub order: Order,
+    /// One per line of `order`, in the same order.
+    pub line_prices: Vec<LinePrice>,
     /// The version the server last told us (None: it has not seen the order).
     pub server_version: Option<i64>,
     pub badge: Badge,
@@ -217,6 +236,8 @@ pub struct OrderHead {
     pub status: OrderStatus,
     pub version: i64,
     pub invoice_id: Option<Uuid>,
+    /// Σ qty_ordered × unit_price, as the view prices the lines.
+    pub total: i64,
     pub updated_at: DateTime<Utc>,
     pub updated_by: Uuid,
     pub updated_by_name: String,
@@ -241,6 +262,7 @@ impl OrderSummary {
                 status: o.status,
                 version: o.version,
                 invoice_id: o.invoice_id,
+                total: o.total,
                 updated_at: o.updated_at,
                 updated_by: o.updated_by,
                 updated_by_name: o.updated_by_name,
@@ -250,9 +272,19 @@ impl OrderSummary {
     }
 }
 
-/// The view of one order from its mirror and its pending rows (in order).
-pub fn order_view(mirror: Option<Order>, rows: &[Row], me: &Me) -> Option<OrderView> {
+/// The view of one order from its mirror, its pending rows (in order) and
+/// the prices the desk expected for the lines added here.
+pub fn order_view(
+    mirror: Option<Order>,
+    rows: &[Row],
+    expected: &HashMap<Uuid, i64>,
+    me: &Me,
+) -> Option<OrderView> {
     let server_version = mirror.as_ref().map(|o| o.version);
+    let priced: HashMap<Uuid, i64> = mirror
+        .iter()
+        .flat_map(|m| m.lines.iter().map(|l| (l.id, l.unit_price)))
+        .collect();
     let mut doc = mirror;
     let mut fields = Vec::new();
     for row in rows.iter().filter(|r| shows(r)) {
@@ -264,7 +296,21 @@ pub fn order_view(mirror: Option<Order>, rows: &[Row], me: &Me) -> Option<OrderV
             }
         }
     }
-    let order = doc?;
+    let mut order = doc?;
+    let mut line_prices = Vec::with_capacity(order.lines.len());
+    for l in &mut order.lines {
+        let server = priced.get(&l.id).copied();
+        let mine = expected.get(&l.id).copied();
+        l.unit_price = server.or(mine).unwrap_or(0);
+        line_prices.push(LinePrice {
+            line_id: l.id,
+            expected: mine,
+            priced_by_server: server.is_some(),
+        });
+    }
+    order.total = order.lines.iter().fold(0i64, |sum, l| {
+        sum.saturating_add(l.qty_ordered.saturating_mul(l.unit_price))
+    });
     let badge = if rows.iter().any(|r| r.status == Status::Conflict) {
         Badge::Conflict
     } else if rows.iter().any(|r| r.status == Status::Rejected) {
@@ -276,6 +322,7 @@ pub fn order_view(mirror: Option<Order>, rows: &[Row], me: &Me) -> Option<OrderV
     };
     Some(OrderView {
         order,
+        line_prices,
         server_version,
         badge,
         pending: rows.iter().map(PendingMark::of).collect(),
@@ -413,6 +460,7 @@ mod tests {
         };
         let summary = OrderSummary::of(OrderView {
             order: order.clone(),
+            line_prices: vec![],
             server_version: None,
             badge: Badge::Pending,
             pending: vec![mark.clone(), mark],

@@ -10,7 +10,9 @@ use uuid::Uuid;
 
 use super::{new_key, Engine, Error, Result};
 use crate::act::Act;
-use crate::store::{now_ms, orders, pending, StoreError};
+use crate::store::{
+    customers, expected_prices, now_ms, orders, pending, price_lists, skus, StoreError,
+};
 use crate::view::{self, Me};
 
 /// A new order's header.
@@ -27,10 +29,15 @@ impl Engine {
     /// Queues one act on `order_id`: computes its base version (see the
     /// engine's module docs), lets `make` build the act from the current view, and
     /// stores it with a fresh idempotency key. Returns the key.
+    ///
+    /// An added line's expected price (the customer's price list, else the
+    /// SKU's wholesale price, as the mirrors say now) is recorded in the same
+    /// transaction, so the view can price the pending line and later show
+    /// whether the server agreed, across restarts.
     fn queue(
         &self,
         order_id: Uuid,
-        make: impl FnOnce(Option<&Order>, i64) -> Result<Act>,
+        make: impl FnOnce(&Transaction<'_>, Option<&Order>, i64) -> Result<Act>,
     ) -> Result<String> {
         let key = new_key();
         let mut failure: Option<Error> = None;
@@ -48,13 +55,24 @@ impl Engine {
                 (None, Some(m)) => m.version,
                 (None, None) => 0,
             };
-            let act = match make(doc.as_ref(), base) {
+            let act = match make(tx, doc.as_ref(), base) {
                 Ok(act) => act,
                 Err(e) => {
                     failure = Some(e);
                     return Ok(());
                 }
             };
+            if let (
+                Act::AddLine {
+                    line_id, sku_id, ..
+                },
+                Some(o),
+            ) = (&act, &doc)
+            {
+                if let Some(price) = price_lists::expected_price(tx, o.customer_id, *sku_id)? {
+                    expected_prices::record(tx, order_id, *line_id, *sku_id, price, now_ms())?;
+                }
+            }
             pending::insert(
                 tx,
                 &pending::New {
@@ -83,7 +101,8 @@ impl Engine {
             }
         }
         let order_id = Uuid::now_v7();
-        self.queue(order_id, |doc, _| {
+        self.queue(order_id, |tx, doc, _| {
+            open_customer(tx, new.customer_id)?;
             if doc.is_some() {
                 return Err(Error::Invalid(format!("order {order_id} exists")));
             }
@@ -103,8 +122,11 @@ impl Engine {
         if crate::act::header_changes(&set).is_empty() {
             return Err(Error::Invalid("nothing to change".into()));
         }
-        self.queue(order_id, |doc, base| {
-            editable(doc, order_id)?;
+        self.queue(order_id, |tx, doc, base| {
+            let o = editable(doc, order_id)?;
+            if let Some(c) = set.customer_id.filter(|c| *c != o.customer_id) {
+                open_customer(tx, c)?;
+            }
             Ok(Act::PatchOrder {
                 order_id,
                 base_version: base,
@@ -117,8 +139,16 @@ impl Engine {
     pub fn add_line(&self, order_id: Uuid, sku_id: Uuid, qty_ordered: i64) -> Result<Uuid> {
         positive("quantity", qty_ordered)?;
         let line_id = Uuid::now_v7();
-        self.queue(order_id, |doc, base| {
+        self.queue(order_id, |tx, doc, base| {
             editable(doc, order_id)?;
+            if let Some(sku) = skus::get(tx, sku_id)? {
+                if !sku.active {
+                    return Err(Error::Invalid(format!(
+                        "{} · {} · {} is discontinued: it cannot be added to an order",
+                        sku.style, sku.color, sku.size
+                    )));
+                }
+            }
             Ok(Act::AddLine {
                 order_id,
                 line_id,
@@ -132,7 +162,7 @@ impl Engine {
 
     pub fn change_line(&self, order_id: Uuid, line_id: Uuid, qty_ordered: i64) -> Result<String> {
         positive("quantity", qty_ordered)?;
-        self.queue(order_id, |doc, base| {
+        self.queue(order_id, |_, doc, base| {
             has_line(editable(doc, order_id)?, line_id)?;
             Ok(Act::ChangeLine {
                 order_id,
@@ -144,7 +174,7 @@ impl Engine {
     }
 
     pub fn remove_line(&self, order_id: Uuid, line_id: Uuid) -> Result<String> {
-        self.queue(order_id, |doc, base| {
+        self.queue(order_id, |_, doc, base| {
             has_line(editable(doc, order_id)?, line_id)?;
             Ok(Act::RemoveLine {
                 order_id,
@@ -158,7 +188,7 @@ impl Engine {
     /// the server; offline we cannot know, so this only queues.
     pub fn allocate(&self, order_id: Uuid, line_id: Uuid, qty: i64) -> Result<String> {
         positive("quantity", qty)?;
-        self.queue(order_id, |doc, _| {
+        self.queue(order_id, |_, doc, _| {
             has_line(allocatable(doc, order_id)?, line_id)?;
             Ok(Act::Allocate {
                 order_id,
@@ -170,7 +200,7 @@ impl Engine {
 
     pub fn release(&self, order_id: Uuid, line_id: Uuid, qty: i64) -> Result<String> {
         positive("quantity", qty)?;
-        self.queue(order_id, |doc, _| {
+        self.queue(order_id, |_, doc, _| {
             has_line(allocatable(doc, order_id)?, line_id)?;
             Ok(Act::Release {
                 order_id,
@@ -181,7 +211,7 @@ impl Engine {
     }
 
     pub fn confirm(&self, order_id: Uuid) -> Result<String> {
-        self.queue(order_id, |doc, base| {
+        self.queue(order_id, |_, doc, base| {
             editable(doc, order_id)?;
             Ok(Act::Confirm {
                 order_id,
@@ -191,7 +221,7 @@ impl Engine {
     }
 
     pub fn cancel(&self, order_id: Uuid) -> Result<String> {
-        self.queue(order_id, |doc, base| {
+        self.queue(order_id, |_, doc, base| {
             let o = found(doc, order_id)?;
             if o.status == OrderStatus::Cancelled {
                 return Err(Error::Invalid("the order is already cancelled".into()));
@@ -233,6 +263,19 @@ pub(super) fn rechain(
         base += 1;
     }
     Ok(())
+}
+
+/// A customer a new (or re-assigned) order may name: the server refuses an
+/// inactive one (422 invalid_state), so the desk says so before queueing.
+/// A customer this desk has not mirrored is left to the server.
+fn open_customer(tx: &Transaction<'_>, customer_id: Uuid) -> Result<()> {
+    match customers::get(tx, customer_id)? {
+        Some(c) if !c.active => Err(Error::Invalid(format!(
+            "{} is inactive: it takes no new orders",
+            c.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn found(doc: Option<&Order>, order_id: Uuid) -> Result<&Order> {

@@ -66,7 +66,7 @@ use crate::view::Me;
 
 pub use acts::NewOrder;
 pub use rejections::{RejectionChoice, RejectionView};
-pub use views::Status;
+pub use views::{SignedOut, Status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -79,7 +79,7 @@ pub enum Error {
     #[error("not logged in: run `holdfast login` first")]
     NotSignedIn,
     #[error(
-        "the server refused this device's token (revoked or expired): log in again; nothing queued is lost"
+        "signed out by an administrator (the server no longer accepts this desk's sign-in): log in again; nothing queued is lost"
     )]
     Unauthorized,
     #[error("another holdfast process is syncing this store right now; it will send your changes")]
@@ -170,6 +170,11 @@ pub enum EngineEvent {
     StreamLost {
         error: String,
     },
+    /// The server refused the desk's token: it is signed out (see
+    /// [`Engine::status`]'s `signed_out`), its queue kept.
+    SignedOut {
+        reason: String,
+    },
 }
 
 pub(crate) struct Inner {
@@ -199,6 +204,11 @@ impl std::fmt::Debug for Engine {
             .finish()
     }
 }
+
+/// Why the desk is signed out when the server refused its token: an
+/// operator deactivated the user or reset their password (API.md v1.1
+/// Users), which revokes every token of theirs at once.
+pub const SIGNED_OUT_BY_ADMIN: &str = "Signed out by an administrator.";
 
 fn new_key() -> String {
     Uuid::now_v7().to_string()
@@ -337,13 +347,22 @@ impl Engine {
                 device_name: device_name.to_owned(),
             })
             .await?;
-        if let Err(e) = self.inner.tokens.save(&state.store_id, &resp.token) {
+        let saved = {
+            // Under the token lock: a late 401 of the previous token
+            // (`session_ended`) cannot delete this one.
+            let mut cached = self.inner.token.lock().unwrap_or_else(|p| p.into_inner());
+            let saved = self.inner.tokens.save(&state.store_id, &resp.token);
+            if saved.is_ok() {
+                *cached = Some(resp.token.clone());
+            }
+            saved
+        };
+        if let Err(e) = saved {
             // Nowhere to keep it: do not leave a live token behind.
             let fresh = Api::new(server_url, Some(resp.token), self.inner.config.timeouts)?;
             let _ = fresh.logout().await;
             return Err(e.into());
         }
-        *self.inner.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(resp.token);
         let profile = Profile {
             server_url: server_url.to_owned(),
             tenant_slug: resp.tenant.slug,
@@ -370,6 +389,35 @@ impl Engine {
         self.changed_locally();
         self.sync_soon();
         Ok(profile)
+    }
+
+    /// The server answered 401 to a request made with `api`'s token: the
+    /// token is dead (an operator deactivated the user or reset their
+    /// password). Unless a sign-in replaced it meanwhile, forget it and sign
+    /// the desk out with [`SIGNED_OUT_BY_ADMIN`]; every queued act stays and
+    /// goes after the next sign-in of the same user.
+    pub(crate) fn session_ended(&self, api: &Api) -> Result<()> {
+        let state = self.inner.store.read(sync_state::get)?;
+        {
+            let mut cached = self.inner.token.lock().unwrap_or_else(|p| p.into_inner());
+            let current = match cached.clone() {
+                Some(t) => Some(t),
+                None => self.inner.tokens.load(&state.store_id)?,
+            };
+            if current.is_none() || current.as_deref() != api.token() {
+                return Ok(());
+            }
+            self.inner.tokens.delete(&state.store_id)?;
+            *cached = None;
+            self.inner
+                .store
+                .write(|tx| sync_state::session_ended(tx, SIGNED_OUT_BY_ADMIN))?;
+        }
+        tracing::warn!("the server refused this desk's token: signed out, queue kept");
+        self.emit(EngineEvent::SignedOut {
+            reason: SIGNED_OUT_BY_ADMIN.to_owned(),
+        });
+        Ok(())
     }
 
     /// Revokes the token on the server (if reachable) and forgets it here.

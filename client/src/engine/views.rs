@@ -13,7 +13,8 @@ use uuid::Uuid;
 use super::{Engine, Result};
 use crate::store::sync_state::{self, Profile};
 use crate::store::{
-    conflicts, customers, invoices, now_ms, orders, pending, rejections, skus, StoreError,
+    conflicts, customers, expected_prices, invoices, now_ms, orders, pending, rejections, skus,
+    StoreError,
 };
 use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
 
@@ -34,6 +35,21 @@ pub struct Status {
     pub rejections: usize,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// Not signed in, after an earlier sign-in: who was, for the sign-in
+    /// form, and why the server ended it if it did.
+    pub signed_out: Option<SignedOut>,
+}
+
+/// The last sign-in of a desk that is signed out now.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignedOut {
+    /// Human words for why the server ended the session (its token was
+    /// refused: an administrator deactivated the user or reset their
+    /// password); None when the user signed out themselves.
+    pub reason: Option<String>,
+    pub server_url: String,
+    pub tenant_slug: String,
+    pub user_email: String,
 }
 
 impl Engine {
@@ -55,11 +71,13 @@ impl Engine {
             let mut out = Vec::new();
             for m in mirrors {
                 let rows = by_order.remove(&m.id).unwrap_or_default();
-                out.extend(view::order_view(Some(m), &rows, &me));
+                let expected = expected_prices::for_order(tx, m.id)?;
+                out.extend(view::order_view(Some(m), &rows, &expected, &me));
             }
             for id in local_only {
                 let rows = by_order.remove(&id).unwrap_or_default();
-                out.extend(view::order_view(None, &rows, &me));
+                let expected = expected_prices::for_order(tx, id)?;
+                out.extend(view::order_view(None, &rows, &expected, &me));
             }
             Ok(out)
         })?)
@@ -74,7 +92,13 @@ impl Engine {
         Ok(self.inner.store.read(|tx| {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let rows = pending::for_order(tx, order_id)?;
-            Ok(view::order_view(orders::get(tx, order_id)?, &rows, &me))
+            let expected = expected_prices::for_order(tx, order_id)?;
+            Ok(view::order_view(
+                orders::get(tx, order_id)?,
+                &rows,
+                &expected,
+                &me,
+            ))
         })?)
     }
 
@@ -93,7 +117,7 @@ impl Engine {
         let mut net: HashMap<Uuid, i64> = HashMap::new();
         for (order_id, rows) in by_order {
             let mirror = orders::get(tx, order_id)?;
-            let Some(v) = view::order_view(mirror.clone(), &rows, &me) else {
+            let Some(v) = view::order_view(mirror.clone(), &rows, &HashMap::new(), &me) else {
                 continue;
             };
             for l in &v.order.lines {
@@ -174,14 +198,25 @@ impl Engine {
     }
 
     pub fn status(&self) -> Result<Status> {
-        let (state, (count, oldest), n_conflicts, n_rejections) = self.inner.store.read(|tx| {
-            Ok((
-                sync_state::get(tx)?,
-                pending::summary(tx)?,
-                conflicts::list(tx)?.len(),
-                rejections::list(tx)?.len(),
-            ))
-        })?;
+        let (state, last, (count, oldest), n_conflicts, n_rejections) =
+            self.inner.store.read(|tx| {
+                Ok((
+                    sync_state::get(tx)?,
+                    sync_state::last_identity(tx)?,
+                    pending::summary(tx)?,
+                    conflicts::list(tx)?.len(),
+                    rejections::list(tx)?.len(),
+                ))
+            })?;
+        let signed_out = match (&state.profile, last) {
+            (None, Some((server_url, tenant_slug, user_email))) => Some(SignedOut {
+                reason: state.signed_out_reason.clone(),
+                server_url,
+                tenant_slug,
+                user_email,
+            }),
+            _ => None,
+        };
         let time = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
         Ok(Status {
             store: self.inner.store.path().display().to_string(),
@@ -196,6 +231,7 @@ impl Engine {
             rejections: n_rejections,
             next_attempt_at: time(state.next_attempt_at),
             last_error: state.last_error,
+            signed_out,
         })
     }
 }

@@ -15,9 +15,11 @@
 
 pub mod conflicts;
 pub mod customers;
+pub mod expected_prices;
 pub mod invoices;
 pub mod orders;
 pub mod pending;
+pub mod price_lists;
 pub mod rejections;
 pub mod skus;
 pub mod sync_state;
@@ -72,7 +74,9 @@ fn migrations() -> Vec<Migration> {
         skus::MIGRATIONS,
         orders::MIGRATIONS,
         invoices::MIGRATIONS,
+        price_lists::MIGRATIONS,
         pending::MIGRATIONS,
+        expected_prices::MIGRATIONS,
         conflicts::MIGRATIONS,
         rejections::MIGRATIONS,
     ]
@@ -251,7 +255,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> StoreResult<()> {
 pub fn reset_mirrors(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "delete from order_lines; delete from orders; delete from skus; delete from customers;
-         delete from invoices; update sync_state set cursor = null;",
+         delete from invoices; delete from price_lists; update sync_state set cursor = null;",
     )?;
     Ok(())
 }
@@ -259,7 +263,11 @@ pub fn reset_mirrors(tx: &Transaction<'_>) -> StoreResult<()> {
 /// Drops every queued act and its conflict or rejection (an explicit choice
 /// of the user: `login --discard-pending`).
 pub fn reset_queue(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.execute_batch("delete from pending; delete from conflicts; delete from rejections;")?;
+    tx.execute_batch(
+        "delete from pending; delete from conflicts; delete from rejections;
+         delete from expected_prices
+          where line_id not in (select id from order_lines);",
+    )?;
     Ok(())
 }
 

@@ -120,13 +120,15 @@ pub fn get(tx: &Transaction<'_>, id: Uuid) -> StoreResult<Option<Sku>> {
     .transpose()
 }
 
-/// SKUs whose style, colour or size contains each word of `q`.
+/// SKUs whose code, style, colour or size contains each word of `q`
+/// (API.md v1.1: the search matches the tenant's SKU code too).
 pub fn search(tx: &Transaction<'_>, q: &str, limit: i64) -> StoreResult<Vec<Sku>> {
     let words: Vec<&str> = q.split_whitespace().collect();
     let mut sql = format!("select {COLUMNS} from skus where 1 = 1");
     for i in 0..words.len() {
         sql.push_str(&format!(
-            " and (style || ' ' || color || ' ' || size) like '%' || ?{} || '%'",
+            " and (coalesce(code, '') || ' ' || style || ' ' || color || ' ' || size)
+                  like '%' || ?{} || '%'",
             i + 1
         ));
     }

@@ -41,7 +41,11 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         2,
         // v1.1 documents carry prices, codes and active flags the mirror
         // did not keep: pull everything again rather than show defaults.
-        "update sync_state set cursor = null;",
+        // `signed_out_reason`: why the server ended this desk's session (its
+        // token answered 401), for the sign-in screen; null after a sign-in
+        // or a sign-out of the user's own.
+        "update sync_state set cursor = null;
+    alter table sync_state add column signed_out_reason text;",
     ),
 ];
 
@@ -70,6 +74,8 @@ pub struct SyncState {
     pub next_attempt_at: Option<i64>,
     pub last_error: Option<String>,
     pub online: Option<bool>,
+    /// Why the server ended this desk's session (None: it did not).
+    pub signed_out_reason: Option<String>,
 }
 
 pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
@@ -77,7 +83,7 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
         .prepare_cached(
             "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
                 device_name, cursor, last_push_at, last_pull_at, last_synced_at, failures,
-                next_attempt_at, last_error, online
+                next_attempt_at, last_error, online, signed_out_reason
            from sync_state where id = 1",
         )?
         .query_row([], |r| {
@@ -108,6 +114,7 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
                     next_attempt_at: r.get(13)?,
                     last_error: r.get(14)?,
                     online: r.get::<_, Option<i64>>(15)?.map(|v| v != 0),
+                    signed_out_reason: r.get(16)?,
                 },
             ))
         })?;
@@ -143,7 +150,7 @@ pub fn set_profile(tx: &Transaction<'_>, p: &Profile) -> StoreResult<()> {
     tx.prepare_cached(
         "update sync_state set server_url = ?1, tenant_slug = ?2, tenant_name = ?3, user_id = ?4,
                 user_email = ?5, user_name = ?6, device_name = ?7, failures = 0,
-                next_attempt_at = null, last_error = null
+                next_attempt_at = null, last_error = null, signed_out_reason = null
           where id = 1",
     )?
     .execute(params![
@@ -177,8 +184,25 @@ pub fn last_identity(tx: &Transaction<'_>) -> StoreResult<Option<(String, String
 
 /// Forgets the signed-in user (the mirrors and pending acts stay).
 pub fn clear_profile(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.prepare_cached("update sync_state set user_id = null, online = null where id = 1")?
-        .execute([])?;
+    tx.prepare_cached(
+        "update sync_state set user_id = null, online = null, signed_out_reason = null
+          where id = 1",
+    )?
+    .execute([])?;
+    Ok(())
+}
+
+/// The server ended the session (the token answered 401): forgets the
+/// signed-in user as [`clear_profile`] does, and says why for the sign-in
+/// screen. The last identity stays, so the same user can sign in again and
+/// send what is queued.
+pub fn session_ended(tx: &Transaction<'_>, reason: &str) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update sync_state set user_id = null, online = null, signed_out_reason = ?1,
+                failures = 0, next_attempt_at = null, last_error = null
+          where id = 1",
+    )?
+    .execute([reason])?;
     Ok(())
 }
 

@@ -533,3 +533,144 @@ pub fn random_acts(
     }
     ledger
 }
+
+/// An operator over the real admin API (API.md v1.1), each write under a
+/// fresh `Idempotency-Key`.
+pub struct Admin {
+    url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Admin {
+    /// Signs in as the demo operator.
+    pub async fn new(server: &Server) -> Admin {
+        Admin {
+            url: server.url(),
+            token: server.token("ops@acme.test").await,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// `method path` with a JSON body; asserts a 2xx and returns the body.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: serde_json::Value,
+    ) -> serde_json::Value {
+        let resp = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+            .header("Idempotency-Key", Uuid::now_v7().to_string())
+            .json(&body)
+            .send()
+            .await
+            .expect("admin request");
+        let status = resp.status();
+        let text = resp.text().await.expect("admin answer");
+        assert!(status.is_success(), "{method} {path}: {status} {text}");
+        if text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text).expect("admin json")
+        }
+    }
+
+    /// Creates an account manager; their id and one-time password.
+    pub async fn create_user(&self, email: &str, name: &str) -> (Uuid, String) {
+        let body = self
+            .send(
+                reqwest::Method::POST,
+                "/v1/admin/users",
+                serde_json::json!({"email": email, "display_name": name, "role": "account_manager"}),
+            )
+            .await;
+        let id = body["user"]["id"]
+            .as_str()
+            .expect("user id")
+            .parse()
+            .expect("uuid");
+        (id, body["password"].as_str().expect("password").to_owned())
+    }
+
+    pub async fn set_user_active(&self, id: Uuid, active: bool) {
+        self.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/admin/users/{id}"),
+            serde_json::json!({ "active": active }),
+        )
+        .await;
+    }
+
+    /// Resets the user's password (their tokens are revoked); the new one.
+    pub async fn reset_password(&self, id: Uuid) -> String {
+        let body = self
+            .send(
+                reqwest::Method::POST,
+                &format!("/v1/admin/users/{id}/reset-password"),
+                serde_json::json!({}),
+            )
+            .await;
+        body["password"].as_str().expect("new password").to_owned()
+    }
+
+    /// A new price list with these entries (SKU, price in cents).
+    pub async fn price_list(&self, prices: &[(Uuid, i64)]) -> Uuid {
+        let id = Uuid::now_v7();
+        self.send(
+            reqwest::Method::POST,
+            "/v1/admin/price-lists",
+            serde_json::json!({"id": id, "name": format!("Test list {id}")}),
+        )
+        .await;
+        self.set_prices(id, prices).await;
+        id
+    }
+
+    /// Replaces the list's entries.
+    pub async fn set_prices(&self, list: Uuid, prices: &[(Uuid, i64)]) {
+        let prices: Vec<serde_json::Value> = prices
+            .iter()
+            .map(|(sku, price)| serde_json::json!({"sku_id": sku, "price": price}))
+            .collect();
+        self.send(
+            reqwest::Method::PUT,
+            &format!("/v1/admin/price-lists/{list}/prices"),
+            serde_json::json!({ "prices": prices }),
+        )
+        .await;
+    }
+
+    /// A new customer (no credit limit) on `price_list`.
+    pub async fn customer(&self, price_list: Option<Uuid>) -> Uuid {
+        let id = Uuid::now_v7();
+        self.send(
+            reqwest::Method::POST,
+            "/v1/admin/customers",
+            serde_json::json!({"id": id, "name": format!("Test customer {id}"),
+                               "price_list_id": price_list}),
+        )
+        .await;
+        id
+    }
+
+    pub async fn patch_customer(&self, id: Uuid, patch: serde_json::Value) {
+        self.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/admin/customers/{id}"),
+            patch,
+        )
+        .await;
+    }
+
+    pub async fn patch_sku(&self, id: Uuid, patch: serde_json::Value) {
+        self.send(
+            reqwest::Method::PATCH,
+            &format!("/v1/admin/skus/{id}"),
+            patch,
+        )
+        .await;
+    }
+}

@@ -467,6 +467,9 @@ async fn sync(
                         EngineEvent::SyncFailed { error, .. } => format!("Sync failed: {error}"),
                         EngineEvent::StreamConnected => "Online: listening for changes.".into(),
                         EngineEvent::StreamLost { error } => format!("Stream lost: {error}"),
+                        EngineEvent::SignedOut { reason } => {
+                            format!("{reason} Log in again; nothing queued is lost.")
+                        }
                     }
                 };
                 println!("{line}");
