@@ -340,6 +340,10 @@ pub struct SkuView {
     pub ats_local: i64,
     /// Units the pending acts allocate (negative: release).
     pub pending_allocation: i64,
+    /// What the customer the search was made for would pay per unit on a
+    /// line added now (their price list, else wholesale); None when the
+    /// search named no customer.
+    pub customer_price: Option<i64>,
 }
 
 /// `allocating`: the net units the user's pending acts allocate on this SKU.
@@ -347,6 +351,7 @@ pub fn sku_view(sku: Sku, allocating: i64) -> SkuView {
     SkuView {
         ats_local: sku.ats - allocating,
         pending_allocation: allocating,
+        customer_price: None,
         sku,
     }
 }

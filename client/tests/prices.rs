@@ -55,6 +55,16 @@ async fn a_pending_line_shows_the_expected_price_then_the_servers_and_a_differen
     desk.sync_once()
         .await
         .expect("pull the list and the customer");
+    // The search prices SKUs for the customer an order is being typed for.
+    let priced = |id| {
+        desk.skus_for("", 1000, Some(customer))
+            .expect("search")
+            .into_iter()
+            .find(|s| s.sku.id == id)
+            .and_then(|s| s.customer_price)
+    };
+    assert_eq!(priced(listed), Some(list_price));
+    assert_eq!(priced(unlisted), Some(unlisted_wholesale));
 
     // Pending: the desk's expectation, from the mirrored price list.
     let order = desk

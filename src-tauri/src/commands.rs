@@ -195,8 +195,9 @@ pub async fn search_skus(
     engine: State<'_, Engine>,
     q: String,
     limit: i64,
+    customer_id: Option<Uuid>,
 ) -> CmdResult<Vec<SkuView>> {
-    Ok(engine.skus(&q, limit)?)
+    Ok(engine.skus_for(&q, limit, customer_id)?)
 }
 
 #[tauri::command]

@@ -42,6 +42,7 @@ describe('Tauri backend contract', () => {
     await b.confirmOrder(o);
     await b.cancelOrder(o);
     await b.searchSkus('kestrel', 50);
+    await b.searchSkus('ko-wi', 10, 'cust-1');
     await b.getSkus(['a', 'b']);
     await b.listCustomers();
     await b.listConflicts();
@@ -69,7 +70,8 @@ describe('Tauri backend contract', () => {
       ['release', { orderId: o, lineId: l, qty: 1 }],
       ['confirm_order', { orderId: o }],
       ['cancel_order', { orderId: o }],
-      ['search_skus', { q: 'kestrel', limit: 50 }],
+      ['search_skus', { q: 'kestrel', limit: 50, customerId: null }],
+      ['search_skus', { q: 'ko-wi', limit: 10, customerId: 'cust-1' }],
       ['get_skus', { skuIds: ['a', 'b'] }],
       ['list_customers', undefined],
       ['list_conflicts', undefined],

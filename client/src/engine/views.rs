@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::{Engine, Result};
 use crate::store::sync_state::{self, Profile};
 use crate::store::{
-    conflicts, customers, expected_prices, invoices, now_ms, orders, pending, rejections, skus,
-    StoreError,
+    conflicts, customers, expected_prices, invoices, now_ms, orders, pending, price_lists,
+    rejections, skus, StoreError,
 };
 use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
 
@@ -130,17 +130,28 @@ impl Engine {
         Ok(net)
     }
 
-    /// SKUs matching `q` (words in style, colour, size), with local ATS.
+    /// SKUs matching `q` (words in code, style, colour, size), with local ATS.
     pub fn skus(&self, q: &str, limit: i64) -> Result<Vec<SkuView>> {
+        self.skus_for(q, limit, None)
+    }
+
+    /// [`Engine::skus`], each priced for `customer` when one is given (what
+    /// a line added now is expected to cost them).
+    pub fn skus_for(&self, q: &str, limit: i64, customer: Option<Uuid>) -> Result<Vec<SkuView>> {
         Ok(self.inner.store.read(|tx| {
             let net = Self::pending_allocation(tx)?;
-            Ok(skus::search(tx, q, limit)?
-                .into_iter()
-                .map(|s| {
-                    let n = net.get(&s.id).copied().unwrap_or(0);
-                    view::sku_view(s, n)
-                })
-                .collect())
+            let mut out = Vec::new();
+            for s in skus::search(tx, q, limit)? {
+                let n = net.get(&s.id).copied().unwrap_or(0);
+                let price = match customer {
+                    Some(c) => price_lists::expected_price(tx, c, s.id)?,
+                    None => None,
+                };
+                let mut v = view::sku_view(s, n);
+                v.customer_price = price;
+                out.push(v);
+            }
+            Ok(out)
         })?)
     }
 

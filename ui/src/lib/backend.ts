@@ -37,7 +37,7 @@
  * | `release`           | `orderId, lineId, qty`                                             | `string` (key)               | `release` |
  * | `confirm_order`     | `orderId`                                                          | `string` (key)               | `confirm` |
  * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
- * | `search_skus`       | `q, limit`                                                         | `SkuView[]`                  | `skus` |
+ * | `search_skus`       | `q, limit, customerId: string\|null`                               | `SkuView[]` (`customer_price` for that customer) | `skus_for` |
  * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
  * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
  * | `list_conflicts`    | —                                                                  | `ConflictView[]`             | `conflicts` |
@@ -76,6 +76,7 @@ import type { ConflictView } from './generated/ConflictView';
 import type { Customer } from './generated/Customer';
 import type { FieldDiff } from './generated/FieldDiff';
 import type { Line } from './generated/Line';
+import type { LinePrice } from './generated/LinePrice';
 import type { NewOrder } from './generated/NewOrder';
 import type { Order } from './generated/Order';
 import type { OrderHead } from './generated/OrderHead';
@@ -90,6 +91,7 @@ import type { Profile } from './generated/Profile';
 import type { RejectionChoice } from './generated/RejectionChoice';
 import type { RejectionView } from './generated/RejectionView';
 import type { Resolution } from './generated/Resolution';
+import type { SignedOut } from './generated/SignedOut';
 import type { Sku } from './generated/Sku';
 import type { SkuView } from './generated/SkuView';
 import type { SyncStatus } from './generated/SyncStatus';
@@ -104,6 +106,7 @@ export type {
   FieldDiff,
   JsonValue,
   Line,
+  LinePrice,
   NewOrder,
   Order,
   OrderHead,
@@ -118,6 +121,7 @@ export type {
   RejectionChoice,
   RejectionView,
   Resolution,
+  SignedOut,
   Sku,
   SkuView,
   SyncStatus,
@@ -209,7 +213,8 @@ export interface Backend {
   confirmOrder(orderId: Uuid): Promise<string>;
   cancelOrder(orderId: Uuid): Promise<string>;
 
-  searchSkus(q: string, limit: number): Promise<SkuView[]>;
+  /** Matches code, style, colour and size; with a customer, each SKU carries what they would pay (`customer_price`). */
+  searchSkus(q: string, limit: number, customerId?: Uuid | null): Promise<SkuView[]>;
   getSkus(skuIds: Uuid[]): Promise<SkuView[]>;
   listCustomers(): Promise<Customer[]>;
 
@@ -301,7 +306,7 @@ export function createTauriBackend(
     release: (orderId, lineId, qty) => call(C.release, { orderId, lineId, qty }),
     confirmOrder: (orderId) => call(C.confirmOrder, { orderId }),
     cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
-    searchSkus: (q, limit) => call(C.searchSkus, { q, limit }),
+    searchSkus: (q, limit, customerId = null) => call(C.searchSkus, { q, limit, customerId }),
     getSkus: (skuIds) => call(C.getSkus, { skuIds }),
     listCustomers: () => call(C.listCustomers),
     listConflicts: () => call(C.listConflicts),

@@ -51,9 +51,10 @@ export function demoSkus(): Sku[] {
         n += 1;
         // The API.md demo fact: Kestrel Overshirt / Washed Indigo / M has 6 on hand.
         const onHand = style === 'Kestrel Overshirt' && color === 'Washed Indigo' && size === 'M' ? 6 : 10 + ((n * 7) % 40);
+        const initials = (t: string) => t.split(/\s+/).map((w) => w[0].toUpperCase()).join('');
         out.push({
           id: uuid(),
-          code: null,
+          code: `${initials(style)}-${initials(color)}-${size}`,
           active: true,
           style,
           color,

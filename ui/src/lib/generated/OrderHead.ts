@@ -5,4 +5,8 @@ import type { OrderStatus } from "./OrderStatus";
 /**
  * An order's header: its document without the lines.
  */
-export type OrderHead = { id: string, customer_id: string, customer_po: string | null, ship_window_start: string | null, ship_window_end: string | null, notes: string | null, status: OrderStatus, version: number, invoice_id: string | null, updated_at: string, updated_by: string, updated_by_name: string, created_at: string, };
+export type OrderHead = { id: string, customer_id: string, customer_po: string | null, ship_window_start: string | null, ship_window_end: string | null, notes: string | null, status: OrderStatus, version: number, invoice_id: string | null, 
+/**
+ * Σ qty_ordered × unit_price, as the view prices the lines.
+ */
+total: number, updated_at: string, updated_by: string, updated_by_name: string, created_at: string, };

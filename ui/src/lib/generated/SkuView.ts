@@ -13,7 +13,13 @@ ats_local: number,
 /**
  * Units the pending acts allocate (negative: release).
  */
-pending_allocation: number, id: string, 
+pending_allocation: number, 
+/**
+ * What the customer the search was made for would pay per unit on a
+ * line added now (their price list, else wholesale); None when the
+ * search named no customer.
+ */
+customer_price: number | null, id: string, 
 /**
  * The tenant's own SKU/UPC string, unique per tenant.
  */

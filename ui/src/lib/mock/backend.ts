@@ -32,6 +32,7 @@ import type {
   RejectionView,
   Resolution,
   SignInArgs,
+  SignedOut,
   SkuView,
   SyncStatus,
   Unsubscribe,
@@ -78,6 +79,10 @@ export class MockBackend implements Backend {
     lastError: null,
   };
   private profile: Profile | null = null;
+  /** Who was signed in last, and why the server ended it (see {@link revokeSession}). */
+  private signedOut: SignedOut | null = null;
+  /** An administrator revoked the session: the next request answers 401. */
+  private revoked = false;
   private readonly events = new Events();
   private readonly now: () => number;
   private readonly autoSyncMs: number | null;
@@ -168,6 +173,16 @@ export class MockBackend implements Backend {
     this.poke();
   }
 
+  /**
+   * An administrator deactivates the signed-in user (or resets their
+   * password): every token is revoked, and the desk's next request (a sync)
+   * answers 401. The engine then signs the desk out with the reason and
+   * keeps every pending act; so does this.
+   */
+  revokeSession(): void {
+    this.revoked = true;
+  }
+
   /** The server's stream pokes this desk. */
   private poke(): void {
     if (!this.network || this.seeding) return;
@@ -227,6 +242,8 @@ export class MockBackend implements Backend {
       throw err('unauthorized', 'wrong tenant, email or password', 'unauthorized');
     }
     if (a.discardPending) this.desk.discardAll();
+    this.revoked = false;
+    this.signedOut = null;
     this.profile = { ...this.profileFor(u), server_url: a.serverUrl.trim().replace(/\/+$/, ''), device_name: a.deviceName ?? 'mock desk' };
     this.syncInternal();
     return clone(this.profile);
@@ -234,6 +251,7 @@ export class MockBackend implements Backend {
 
   async signOut(): Promise<boolean> {
     this.log('signOut', []);
+    if (this.profile) this.signedOut = { reason: null, server_url: this.profile.server_url, tenant_slug: this.profile.tenant_slug, user_email: this.profile.user_email };
     this.profile = null;
     this.emitStatus();
     return this.network;
@@ -244,7 +262,7 @@ export class MockBackend implements Backend {
   }
 
   private statusNow(): SyncStatus {
-    return syncStatus(this.desk, this.profile, this.state, () => this.now());
+    return syncStatus(this.desk, this.profile, this.state, () => this.now(), this.signedOut);
   }
 
   async getStatus(): Promise<SyncStatus> {
@@ -264,6 +282,15 @@ export class MockBackend implements Backend {
       this.state.online = false;
       this.state.lastError = 'the server cannot be reached (mock network is down)';
       for (const [, m] of this.desk.marks()) if (m.status === 'queued') m.attempts += 1;
+      this.emitStatus();
+      return;
+    }
+    if (this.revoked) {
+      // The engine's answer to a 401: signed out with the reason, the queue kept.
+      const p = this.profile;
+      this.signedOut = { reason: 'Signed out by an administrator.', server_url: p.server_url, tenant_slug: p.tenant_slug, user_email: p.user_email };
+      this.profile = null;
+      this.state = { ...this.state, online: null };
       this.emitStatus();
       return;
     }
@@ -288,8 +315,8 @@ export class MockBackend implements Backend {
     return e ? orderView(e) : null;
   }
 
-  async searchSkus(q: string, limit: number): Promise<SkuView[]> {
-    return searchSkus(this.server, this.desk, q, limit);
+  async searchSkus(q: string, limit: number, customerId: Uuid | null = null): Promise<SkuView[]> {
+    return searchSkus(this.server, this.desk, q, limit, customerId);
   }
 
   async getSkus(skuIds: Uuid[]): Promise<SkuView[]> {

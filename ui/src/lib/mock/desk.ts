@@ -29,6 +29,8 @@ export interface Entry {
   server: Order | null;
   pending: PendingMark[];
   fields: string[];
+  /** The price this desk showed for each line added here (kept after the line lands). */
+  expected?: Record<Uuid, number>;
 }
 
 /** The act a refused pending mark stands for, so a choice can re-issue it. */
@@ -104,8 +106,8 @@ export class Desk {
   sendQueued(): void {
     for (const [id, e] of this.entries) {
       if (e.pending.length === 0 || e.pending.some((m) => m.status !== 'queued')) continue;
-      this.server.receive(id, e.order, e.server);
-      Object.assign(e, { server: clone(e.order), pending: [], fields: [] });
+      const stored = this.server.receive(id, e.order, e.server);
+      Object.assign(e, { order: stored, server: clone(stored), pending: [], fields: [] });
     }
   }
 
@@ -201,9 +203,17 @@ export class Desk {
   }
 
   addLine(orderId: Uuid, skuId: Uuid, qtyOrdered: number): Uuid {
+    const s = this.server.skus.get(skuId);
+    if (s && !s.active) {
+      this.hooks.log('addLine', [orderId, skuId, qtyOrdered]);
+      throw err('invalid', `${s.style} · ${s.color} · ${s.size} is discontinued: it cannot be added to an order`);
+    }
     const lineId = uuid();
+    const e = this.entry(orderId);
+    const price = this.server.priceFor(e.order.customer_id, skuId);
+    if (price !== null) e.expected = { ...e.expected, [lineId]: price };
     this.act(orderId, ['addLine', [orderId, skuId, qtyOrdered]], 'add_line', `add ${this.skuName(skuId)} × ${qtyOrdered}`, [`line:${lineId}`], (o) =>
-      o.lines.push({ id: lineId, sku_id: skuId, qty_ordered: qtyOrdered, qty_allocated: 0, unit_price: this.server.skus.get(skuId)?.wholesale_price ?? 0 }),
+      o.lines.push({ id: lineId, sku_id: skuId, qty_ordered: qtyOrdered, qty_allocated: 0, unit_price: price ?? 0 }),
     );
     return lineId;
   }

@@ -35,6 +35,8 @@ export class PretendServer {
   readonly orders = new Map<Uuid, Order>();
   readonly skus = new Map<Uuid, Sku>();
   customers: Customer[] = [];
+  /** Price lists: list id → SKU id → price (cents). */
+  readonly priceLists = new Map<Uuid, Map<Uuid, number>>();
 
   readonly users: User[] = [
     { id: uuid(), email: 'dana@acme.test', name: 'Dana', password: DEMO_PASSWORD },
@@ -47,6 +49,14 @@ export class PretendServer {
   seedCatalog(): void {
     this.customers = demoCustomers();
     for (const s of demoSkus()) this.skus.set(s.id, s);
+  }
+
+  /** What a line added now costs this customer: their price list's entry, else wholesale (the server's rule). */
+  priceFor(customerId: Uuid, skuId: Uuid): number | null {
+    const s = this.skus.get(skuId);
+    if (!s) return null;
+    const list = this.customers.find((c) => c.id === customerId)?.price_list_id;
+    return (list ? this.priceLists.get(list)?.get(skuId) : undefined) ?? s.wholesale_price;
   }
 
   /** Another desk creates an order: lines as [sku, ordered, allocated]. Returns the stored order itself. */
@@ -66,7 +76,7 @@ export class PretendServer {
       created_at: nowIso,
     };
     for (const [skuId, ordered, allocated] of lines) {
-      o.lines.push({ id: uuid(), sku_id: skuId, qty_ordered: ordered, qty_allocated: allocated, unit_price: this.skus.get(skuId)?.wholesale_price ?? 0 });
+      o.lines.push({ id: uuid(), sku_id: skuId, qty_ordered: ordered, qty_allocated: allocated, unit_price: this.priceFor(header.customer_id, skuId) ?? 0 });
       o.total = orderTotal(o);
       o.version += 1;
       if (allocated > 0) {
@@ -88,10 +98,18 @@ export class PretendServer {
   }
 
   /** A desk's sync hands over its order as the desk shows it; the stock its allocations take, or give back, moves. */
-  receive(orderId: Uuid, order: Order, previous: Order | null): void {
+  receive(orderId: Uuid, order: Order, previous: Order | null): Order {
     for (const l of order.lines) this.takeStock(l.sku_id, l.qty_allocated);
     for (const l of previous?.lines ?? []) this.takeStock(l.sku_id, -l.qty_allocated);
-    this.orders.set(orderId, clone(order));
+    const stored = clone(order);
+    // A line the server had not seen is priced now, by the server's prices; a known line keeps its price.
+    for (const l of stored.lines) {
+      const known = previous?.lines.find((x) => x.id === l.id);
+      l.unit_price = known ? known.unit_price : (this.priceFor(stored.customer_id, l.sku_id) ?? 0);
+    }
+    stored.total = orderTotal(stored);
+    this.orders.set(orderId, stored);
+    return clone(stored);
   }
 
   takeStock(skuId: Uuid, qty: number): void {

@@ -3,7 +3,7 @@
  * pending marks, a SKU with the ATS this desk sees, and the sync status. Each
  * is a copy, so a screen never holds the mock's own state.
  */
-import type { Badge, Line, OrderSummary, OrderView, Profile, Sku, SkuView, SyncStatus, Uuid } from '../backend';
+import type { Badge, Line, OrderSummary, OrderView, Profile, SignedOut, Sku, SkuView, SyncStatus, Uuid } from '../backend';
 import { clone } from '../fixtures';
 import type { Desk, Entry } from './desk';
 import type { PretendServer } from './server';
@@ -25,6 +25,11 @@ export function orderView(e: Entry): OrderView {
         : 'pending';
   return {
     order: clone(e.order),
+    line_prices: e.order.lines.map((l) => ({
+      line_id: l.id,
+      expected: e.expected?.[l.id] ?? null,
+      priced_by_server: !!e.server?.lines.some((x) => x.id === l.id),
+    })),
     server_version: e.server?.version ?? null,
     badge,
     pending: clone(e.pending),
@@ -54,22 +59,22 @@ function pendingAllocation(desk: Desk): Map<Uuid, number> {
   return net;
 }
 
-function skuView(s: Sku, net: Map<Uuid, number>): SkuView {
+function skuView(s: Sku, net: Map<Uuid, number>, customerPrice: number | null = null): SkuView {
   const n = net.get(s.id) ?? 0;
-  return { ...clone(s), ats_local: s.ats - n, pending_allocation: n };
+  return { ...clone(s), ats_local: s.ats - n, pending_allocation: n, customer_price: customerPrice };
 }
 
-export function searchSkus(server: PretendServer, desk: Desk, q: string, limit: number): SkuView[] {
+export function searchSkus(server: PretendServer, desk: Desk, q: string, limit: number, customerId: Uuid | null = null): SkuView[] {
   const words = q.toLowerCase().split(/\s+/).filter(Boolean);
   const net = pendingAllocation(desk);
   return [...server.skus.values()]
     .filter((s) => {
-      const hay = `${s.style} ${s.color} ${s.size}`.toLowerCase();
+      const hay = `${s.code ?? ''} ${s.style} ${s.color} ${s.size}`.toLowerCase();
       return words.every((w) => hay.includes(w));
     })
     .sort((a, b) => a.style.localeCompare(b.style) || a.color.localeCompare(b.color) || a.size.localeCompare(b.size))
     .slice(0, Math.max(0, limit))
-    .map((s) => skuView(s, net));
+    .map((s) => skuView(s, net, customerId ? server.priceFor(customerId, s.id) : null));
 }
 
 export function getSkus(server: PretendServer, desk: Desk, skuIds: Uuid[]): SkuView[] {
@@ -81,7 +86,7 @@ export function getSkus(server: PretendServer, desk: Desk, skuIds: Uuid[]): SkuV
 }
 
 /** `now` is read only for the age of the oldest mark, so a clock that moves on each read moves only then. */
-export function syncStatus(desk: Desk, profile: Profile | null, state: Connection, now: () => number): SyncStatus {
+export function syncStatus(desk: Desk, profile: Profile | null, state: Connection, now: () => number, signedOut: SignedOut | null = null): SyncStatus {
   const marks = desk.marks();
   const oldest = marks.length ? Math.min(...marks.map(([, m]) => m.created_at)) : null;
   const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -98,5 +103,6 @@ export function syncStatus(desk: Desk, profile: Profile | null, state: Connectio
     rejections: desk.refusals.length,
     next_attempt_at: null,
     last_error: state.lastError,
+    signed_out: profile ? null : clone(signedOut),
   };
 }
