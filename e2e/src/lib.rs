@@ -343,3 +343,132 @@ pub fn start_tauri_driver(envs: &[(&str, &Path)]) -> Result<(Proc, String)> {
     })?;
     Ok((Proc(child), url))
 }
+
+/// The server's HTTP API as an operator would call it (API.md), for the
+/// tests' own set-up and checks: not through any desk.
+pub struct Api {
+    pub url: String,
+    token: String,
+}
+
+fn api_call(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> Result<Value> {
+    let mut req = ureq::request(method, url).timeout(Duration::from_secs(30));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    if let Some(k) = key {
+        req = req.set("Idempotency-Key", k);
+    }
+    let resp = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    match resp {
+        Ok(r) => r.into_json().map_err(|e| e.to_string()),
+        Err(ureq::Error::Status(code, r)) => Err(format!(
+            "{method} {url}: {code} {}",
+            r.into_string().unwrap_or_default()
+        )),
+        Err(e) => Err(format!("{method} {url}: {e}")),
+    }
+}
+
+/// A fresh idempotency key (unique per process and call).
+fn fresh_key() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "e2e-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Api {
+    /// Signs in (`POST /v1/sessions`).
+    pub fn sign_in(url: &str, tenant: &str, email: &str, password: &str) -> Result<Api> {
+        let v = api_call(
+            "POST",
+            &format!("{url}/v1/sessions"),
+            None,
+            None,
+            Some(
+                json!({"tenant": tenant, "email": email, "password": password,
+                        "device_name": "e2e operator"}),
+            ),
+        )?;
+        let token = v["token"].as_str().ok_or(format!("no token: {v}"))?;
+        Ok(Api {
+            url: url.to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    pub fn get(&self, path: &str) -> Result<Value> {
+        api_call(
+            "GET",
+            &format!("{}{path}", self.url),
+            Some(&self.token),
+            None,
+            None,
+        )
+    }
+
+    /// A write with a fresh `Idempotency-Key`.
+    pub fn write(&self, method: &str, path: &str, body: Value) -> Result<Value> {
+        api_call(
+            method,
+            &format!("{}{path}", self.url),
+            Some(&self.token),
+            Some(&fresh_key()),
+            Some(body),
+        )
+    }
+
+    /// `POST /v1/admin/users`: the new user's id and one-time password.
+    pub fn create_user(&self, email: &str, name: &str, role: &str) -> Result<(String, String)> {
+        let v = self.write(
+            "POST",
+            "/v1/admin/users",
+            json!({"email": email, "display_name": name, "role": role}),
+        )?;
+        let id = v["user"]["id"].as_str().ok_or(format!("no id: {v}"))?;
+        let password = v["password"].as_str().ok_or("no password")?;
+        Ok((id.to_owned(), password.to_owned()))
+    }
+}
+
+/// Minor units as the desk shows them: 123456 → "$1,234.56".
+pub fn money(cents: i64) -> String {
+    let sign = if cents < 0 { "−" } else { "" };
+    let abs = cents.unsigned_abs();
+    let dollars = (abs / 100).to_string();
+    let mut grouped = String::new();
+    for (i, c) in dollars.chars().enumerate() {
+        if i > 0 && (dollars.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    format!("{sign}${grouped}.{:02}", abs % 100)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn money_reads_like_the_desk() {
+        assert_eq!(super::money(0), "$0.00");
+        assert_eq!(super::money(4_200), "$42.00");
+        assert_eq!(super::money(123_456_789), "$1,234,567.89");
+    }
+}

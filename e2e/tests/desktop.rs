@@ -1,7 +1,9 @@
 //! The real desktop app, built, under Xvfb, driven over WebDriver against a
-//! real `holdfast-server` on its embedded Postgres: an account manager's
-//! walk through every screen, one screenshot per screen in
-//! target/e2e-artifacts/.
+//! real `holdfast-server` on its embedded Postgres: an account manager —
+//! a user the operator creates through the admin API, signing in with the
+//! one-time password — walks through every screen (prices and the total
+//! checked against the server's order), then is deactivated and sees why;
+//! one screenshot per screen in target/e2e-artifacts/.
 //!
 //! `#[ignore]`d: it needs a display, tauri-driver and the built binaries;
 //! scripts/e2e.sh runs it with `--ignored` inside `xvfb-run -a`.
@@ -10,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use holdfast_e2e::{
-    free_port, keys, start_tauri_driver, target_dir, wait_for, Cli, Driver, Server,
+    free_port, keys, money, start_tauri_driver, target_dir, wait_for, Api, Cli, Driver, Server,
 };
 use serde_json::json;
 
@@ -107,16 +109,88 @@ fn fax_order_offline_conflict_rejection() {
     }
 }
 
+/// The operator's API session on `server` (the demo operator).
+fn operator(server: &Server) -> Api {
+    Api::sign_in(&server.url(), "acme", "ops@acme.test", "holdfast-demo").expect("operator")
+}
+
+/// The server's copy of the order whose PO is `po`.
+fn server_order(api: &Api, po: &str) -> serde_json::Value {
+    let list = api.get("/v1/orders?limit=500").expect("orders");
+    let id = find_order(&list, po).unwrap_or_else(|| panic!("order {po} on the server"));
+    api.get(&format!("/v1/orders/{id}")).expect("order")
+}
+
+/// Every line's unit price and amount, and the order's total, on screen are
+/// the server's (API.md v1.1: decided by the server when the line landed).
+fn check_prices_against_server(d: &Driver, api: &Api, po: &str) {
+    let doc = server_order(api, po);
+    let total = money(doc["total"].as_i64().expect("total"));
+    d.wait_text("[data-testid=total-amount]", "the server's total", |t| {
+        t == total
+    })
+    .expect("total on screen");
+    let lines = doc["lines"].as_array().expect("lines");
+    assert!(!lines.is_empty());
+    let mut sum = 0;
+    for l in lines {
+        let id = l["id"].as_str().expect("line id");
+        let (price, qty) = (
+            l["unit_price"].as_i64().expect("price"),
+            l["qty_ordered"].as_i64().expect("qty"),
+        );
+        assert!(price > 0, "a priced line: {l}");
+        sum += price * qty;
+        let row = format!("table.lines tr[data-line-id=\"{id}\"]");
+        d.wait_text(
+            &format!("{row} [data-testid=unit-price]"),
+            "the server's unit price",
+            |t| t == money(price),
+        )
+        .expect("unit price");
+        assert_eq!(
+            d.text(&format!("{row} [data-testid=line-amount]"))
+                .as_deref(),
+            Some(money(price * qty).as_str()),
+            "line amount = qty × unit price"
+        );
+    }
+    assert_eq!(money(sum), total, "the total is Σ qty × unit price");
+    eprintln!("order {po}: total {total} over {} lines", lines.len());
+}
+
+/// Fills and submits the sign-in form.
+fn sign_in(d: &Driver, url: &str, email: &str, password: &str) {
+    for (sel, v) in [
+        ("#server-url", url),
+        ("#tenant", "acme"),
+        ("#email", email),
+        ("#password", password),
+    ] {
+        // The form may come prefilled (last sign-in, defaults): start empty.
+        clear(d, sel);
+        d.focus(sel).expect(sel);
+        d.keys(v).expect(sel);
+    }
+    d.keys(keys::ENTER).expect("submit");
+}
+
 fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
-    // ---- sign in
+    // ---- the operator creates an account manager; they sign in with the
+    // one-time password the admin API showed once.
+    let ops = operator(server);
+    let email = "erin.new@acme.test";
+    let (user_id, password) = ops
+        .create_user(email, "Erin New", "account_manager")
+        .expect("create a user through the admin API");
     d.find("#server-url").expect("sign-in screen");
     d.screenshot("01-sign-in").expect("shot");
     let url = server.url();
     for (sel, v) in [
         ("#server-url", url.as_str()),
         ("#tenant", "acme"),
-        ("#email", "dana@acme.test"),
-        ("#password", "holdfast-demo"),
+        ("#email", email),
+        ("#password", password.as_str()),
     ] {
         // The form may come prefilled (last sign-in, defaults): start empty.
         clear(d, sel);
@@ -176,6 +250,7 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     })
     .expect("ATS drops");
     wait_pending(d, "allocations synced", |n| n == 0);
+    check_prices_against_server(d, &ops, "PO-E2E-1");
     d.screenshot("04-allocated").expect("shot");
     eprintln!("ATS of Kestrel Indigo M: {ats_before} → {ats_after}");
     // ---- the server goes down; the desk keeps taking entries
@@ -221,6 +296,17 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     d.keys(keys::TAB).expect("leave notes");
     // A size typed in the search starts the grid on that size.
     size_run(d, &format!("kestrel indigo {size}"), &[&ats.to_string()]);
+    // Not on the server yet: the desk shows the price it expects, marked so.
+    let new_price = format!("table.lines tr[data-sku$=\"· {size}\"] [data-testid=unit-price]");
+    d.wait_text(&new_price, "an expected price on the pending line", |t| {
+        t.starts_with('$') && t.contains("expected")
+    })
+    .expect("expected price");
+    d.wait_text("table.lines tfoot", "an expected total", |t| {
+        t.contains("Expected total")
+    })
+    .expect("expected total");
+    d.screenshot("06b-expected-price").expect("shot");
     // The line's own Allocate button (the mouse path, next to Alt+A above).
     let allocate =
         format!("table.lines tr[data-sku$=\"· {size}\"] button[aria-label^='Allocate ']");
@@ -370,6 +456,78 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     .expect("rejection resolved");
     wait_pending(d, "everything synced", |n| n == 0);
     d.screenshot("09-reduced").expect("shot");
+    // The fax order again, with the server's prices and total.
+    d.chord(keys::ALT, "d").expect("desk");
+    d.wait_text(
+        "[role=listbox][aria-label^='Orders']",
+        "the fax order on the desk",
+        |t| t.contains("PO-E2E-1"),
+    )
+    .expect("desk lists the order");
+    d.script(
+        "[...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes('PO-E2E-1')).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));",
+        json!([]),
+    )
+    .expect("open the order");
+    check_prices_against_server(d, &ops, "PO-E2E-1");
+    d.screenshot("10-prices").expect("shot");
+
+    // ---- the operator deactivates the user: the desk's next request is
+    // refused, and it says why on the sign-in screen, keeping what was typed.
+    let ops = operator(server);
+    ops.write(
+        "PATCH",
+        &format!("/v1/admin/users/{user_id}"),
+        json!({"active": false}),
+    )
+    .expect("deactivate");
+    d.focus("#notes").expect("notes");
+    d.keys(" - after hours").expect("notes");
+    d.keys(keys::TAB).expect("leave notes");
+    d.wait_text(
+        "[data-testid=signed-out]",
+        "the sign-in screen says why",
+        |t| t.contains("Signed out by an administrator"),
+    )
+    .expect("signed out in words");
+    assert_eq!(
+        d.script("return document.querySelector('#email').value;", json!([]))
+            .expect("email")
+            .as_str(),
+        Some(email),
+        "the last sign-in fills the form"
+    );
+    let banner = d.text("[data-testid=signed-out]").unwrap_or_default();
+    assert!(banner.contains("waiting on this desk"), "{banner}");
+    d.screenshot("11-signed-out").expect("shot");
+
+    // ---- reactivated with a new password: signing in again sends the edit.
+    ops.write(
+        "PATCH",
+        &format!("/v1/admin/users/{user_id}"),
+        json!({"active": true}),
+    )
+    .expect("reactivate");
+    let fresh = ops
+        .write(
+            "POST",
+            &format!("/v1/admin/users/{user_id}/reset-password"),
+            json!({}),
+        )
+        .expect("reset");
+    let fresh = fresh["password"].as_str().expect("new password");
+    sign_in(d, &url, email, fresh);
+    d.find("[role=listbox][aria-label^='Orders']")
+        .expect("the desk after signing in again");
+    wait_pending(d, "the edit made before the sign-out is sent", |n| n == 0);
+    wait_for("the note on the server", Duration::from_secs(30), || {
+        server_order(&ops, "PO-E2E-1")["notes"]
+            .as_str()
+            .filter(|n| n.ends_with("after hours"))
+            .map(drop)
+    })
+    .expect("the queued edit reached the server");
+    d.screenshot("12-signed-in-again").expect("shot");
 }
 
 /// Opens the size run on the open editor to read the grid's ATS.
