@@ -474,43 +474,81 @@ pub async fn apply_in_tx(
         .map_err(raced)?;
     }
 
-    // Last: the hot rows, locked in ascending id order, bumped in one go.
     if !plan.updates.is_empty() {
-        let ids: Vec<Uuid> = plan.updates.iter().map(|(s, _)| s.id).collect();
-        let bumped: Vec<(Uuid, i64, i64)> = sqlx::query_as(
-            "with locked as (
-                 select sku_id from sku_positions
-                  where tenant_id = $1 and sku_id = any($2)
-                  order by sku_id for update)
+        announce_updates_in_tx(conn, tenant_id, &plan.updates).await?;
+    }
+    Ok(plan.summary())
+}
+
+/// The changed SKUs' feed versions and `sku.updated` events. Their sequence
+/// lives on the hot `sku_positions` row, so the events are staged first —
+/// their facts serialised, sent and parsed while no hot row is locked — and
+/// one last statement locks the positions in ascending id order, bumps them,
+/// and writes the change rows and the events from what it bumped. An
+/// allocation of one of these SKUs waits for that statement and the commit
+/// only (item 11 of docs/BENCHMARKS.md measures the wait).
+///
+/// The payload is `db::outbox`'s shape, built in SQL because the sequence
+/// and version are only known under the lock.
+async fn announce_updates_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    updates: &[(Stored, Vec<&'static str>)],
+) -> Result<(), Error> {
+    sqlx::query(
+        "create temporary table if not exists staged_sku_events
+             (sku_id uuid primary key, facts jsonb not null) on commit drop",
+    )
+    .execute(&mut *conn)
+    .await?;
+    for chunk in updates.chunks(CHUNK) {
+        let ids: Vec<Uuid> = chunk.iter().map(|(s, _)| s.id).collect();
+        let facts: Vec<Value> = chunk
+            .iter()
+            .map(|(after, changed)| after.facts("updated", changed))
+            .collect();
+        sqlx::query(
+            "insert into staged_sku_events (sku_id, facts)
+             select * from unnest($1::uuid[], $2::jsonb[])",
+        )
+        .bind(&ids)
+        .bind(&facts)
+        .execute(&mut *conn)
+        .await?;
+    }
+    let timestamp = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    sqlx::query(
+        "with locked as (
+             select sku_id from sku_positions
+              where tenant_id = $1 and sku_id in (select sku_id from staged_sku_events)
+              order by sku_id for update),
+         bumped as (
              update sku_positions p
                 set version = p.version + 1, event_seq = p.event_seq + 1
                from locked
               where p.tenant_id = $1 and p.sku_id = locked.sku_id
-             returning p.sku_id, p.version, p.event_seq",
-        )
-        .bind(tenant_id)
-        .bind(&ids)
-        .fetch_all(&mut *conn)
+             returning p.sku_id, p.version, p.event_seq),
+         feed as (
+             insert into changes (tenant_id, kind, doc_id, version)
+             select $1, $2, sku_id, version from bumped)
+         insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload)
+         select $1, $3, $2, b.sku_id, b.event_seq,
+                jsonb_build_object('type', $3::text, 'timestamp', $4::text,
+                    'data', s.facts || jsonb_build_object('tenant_id', $1::uuid, 'sku_id', b.sku_id,
+                                                          'sequence', b.event_seq, 'version', b.version))
+           from bumped b join staged_sku_events s on s.sku_id = b.sku_id
+          order by b.sku_id",
+    )
+    .bind(tenant_id)
+    .bind(DocKind::Sku.as_str())
+    .bind(EventType::SkuUpdated.as_str())
+    .bind(&timestamp)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("truncate staged_sku_events")
+        .execute(&mut *conn)
         .await?;
-        let by_id: HashMap<Uuid, &(Stored, Vec<&'static str>)> =
-            plan.updates.iter().map(|u| (u.0.id, u)).collect();
-        let docs: Vec<(Uuid, i64)> = bumped.iter().map(|(id, v, _)| (*id, *v)).collect();
-        record_many_in_tx(conn, tenant_id, DocKind::Sku, &docs).await?;
-        let events = bumped
-            .iter()
-            .filter_map(|(id, version, sequence)| {
-                let (after, changed) = by_id.get(id)?;
-                Some(Event {
-                    aggregate: Aggregate::Sku(*id),
-                    sequence: *sequence,
-                    version: *version,
-                    facts: after.facts("updated", changed),
-                })
-            })
-            .collect();
-        enqueue_many_in_tx(conn, tenant_id, EventType::SkuUpdated, events).await?;
-    }
-    Ok(plan.summary())
+    Ok(())
 }
 
 /// A plan's SKUs as one array per column, for `unnest`.

@@ -90,6 +90,20 @@ async fn write(
     body
 }
 
+/// Syncs until `done` holds (at most a minute). A pull serves a change once
+/// no older transaction is still open (the feed's fence), and other tests
+/// share this cluster, so one pass may come back before the change does.
+async fn sync_until(desk: &Engine, done: impl Fn(&Engine) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        desk.sync_once().await.expect("sync");
+        if done(desk) || std::time::Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn a_new_company_onboards_and_sells_at_its_customers_price(db: PgPool) {
     let password = tenant_create(&db).await;
@@ -154,11 +168,13 @@ async fn a_new_company_onboards_and_sells_at_its_customers_price(db: PgPool) {
     )
     .await
     .expect("the account manager signs in with the password the operator was shown");
-    desk.sync_once().await.expect("first sync");
-    let stapler = desk
-        .find_sku("Swingline Stapler", "Red", "One Size")
-        .expect("read")
-        .expect("the imported SKU reached the desk");
+    let find = |d: &Engine| {
+        d.find_sku("Swingline Stapler", "Red", "One Size")
+            .expect("read")
+    };
+    let customer_of = |d: &Engine| d.find_customer("Chotchkie's").expect("read");
+    sync_until(&desk, |d| find(d).is_some() && customer_of(d).is_some()).await;
+    let stapler = find(&desk).expect("the imported SKU reached the desk");
     assert_eq!(stapler.code.as_deref(), Some("IN-STP-1"));
     let found = desk
         .find_customer("Chotchkie's")
@@ -219,15 +235,22 @@ async fn a_new_company_onboards_and_sells_at_its_customers_price(db: PgPool) {
         None,
     )
     .await;
-    desk.sync_once().await.expect("sync");
-    let after = desk.server_order(order).expect("read").expect("order");
-    assert_eq!(after.lines[0].unit_price, 1_999);
-    assert_eq!(after.total, 3 * 1_999);
-    let (_, invoice) = s.get(&format!("/v1/invoices/{invoice_id}"), &bill).await;
-    assert_eq!(invoice["amount"], 3 * 1_999);
+    let price = |d: &Engine| {
+        d.sku(stapler.id)
+            .expect("read")
+            .expect("sku")
+            .sku
+            .wholesale_price
+    };
+    sync_until(&desk, |d| price(d) == 2_600).await;
     let repriced = desk.sku(stapler.id).expect("read").expect("sku");
     assert_eq!(
         repriced.sku.wholesale_price, 2_600,
         "the desk sees the new price"
     );
+    let after = desk.server_order(order).expect("read").expect("order");
+    assert_eq!(after.lines[0].unit_price, 1_999);
+    assert_eq!(after.total, 3 * 1_999);
+    let (_, invoice) = s.get(&format!("/v1/invoices/{invoice_id}"), &bill).await;
+    assert_eq!(invoice["amount"], 3 * 1_999);
 }
