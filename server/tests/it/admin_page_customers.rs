@@ -251,7 +251,9 @@ async fn price_lists_are_made_shown_and_replaced_from_a_file(db: PgPool) {
     let tokyo = demo::price_list_id("acme", demo::TOKYO_PRICES);
     let shown = get(&s, &format!("/admin/price-lists/{tokyo}"), Some(&cookie)).await;
     assert!(
-        shown.body.contains("customers on it: Tokyo Distributor</p>"),
+        shown
+            .body
+            .contains("customers on it: Tokyo Distributor</p>"),
         "{}",
         shown.body
     );
