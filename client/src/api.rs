@@ -105,7 +105,9 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(5),
             request: Duration::from_secs(30),
-            stream_idle: Duration::from_secs(45),
+            // Two and a half of the server's 10 s heartbeats: a silently
+            // dropped network is noticed within half a minute.
+            stream_idle: Duration::from_secs(25),
         }
     }
 }

@@ -252,6 +252,18 @@ pub fn failed(
     Ok(next)
 }
 
+/// The live stream to the server broke, or could not be opened: the desk is
+/// offline until a request gets an answer again. Only the signed-in desk's
+/// state changes (a signed-out one has no connectivity to speak of); the
+/// pass backoff is left alone — the stream has its own retry.
+pub fn stream_lost(tx: &Transaction<'_>, error: &str) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update sync_state set online = 0, last_error = ?1 where id = 1 and user_id is not null",
+    )?
+    .execute([error])?;
+    Ok(())
+}
+
 /// Connectivity came back (the stream connected): retry at once.
 pub fn reset_backoff(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.prepare_cached(
