@@ -64,7 +64,7 @@ use crate::store::{self, pending, Store, StoreError};
 use crate::token::{TokenError, TokenStore};
 use crate::view::Me;
 
-pub use acts::NewOrder;
+pub use acts::{NewOrder, Reorder};
 pub use rejections::{RejectionChoice, RejectionView};
 pub use views::{SignedOut, Status};
 
