@@ -241,9 +241,12 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
     let desk = open(dir.path(), "dana", fast_config());
     login(&desk, &server.url(), "dana@acme.test").await;
     let skus = roomy_skus(&desk, 10, 3);
+    // A customer on wholesale prices, so a wholesale change shows.
+    let customer = admin.customer(None).await;
+    desk.sync_once().await.expect("pull the customer");
     let order = desk
         .create_order(NewOrder {
-            customer_id: tokyo(),
+            customer_id: customer,
             customer_po: Some("TK-100".into()),
             ..Default::default()
         })
@@ -273,7 +276,7 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
 
     let token = server.token("dana@acme.test").await;
     let served = server.order(&token, copy.order_id).await;
-    assert_eq!(served.customer_id, tokyo());
+    assert_eq!(served.customer_id, customer);
     assert_eq!(served.customer_po, None);
     let lines: Vec<(Uuid, i64, i64)> = served
         .lines
