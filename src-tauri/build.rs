@@ -30,6 +30,7 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "release",
         "confirm_order",
         "cancel_order",
+        "reorder_order",
         "search_skus",
         "get_skus",
         "list_customers",

@@ -9,7 +9,7 @@ use holdfast_client::conflict::ConflictView;
 use holdfast_client::engine::{RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
-use holdfast_client::{Engine, NewOrder, RejectionChoice, Resolution};
+use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
 use holdfast_protocol::model::{Customer, OrderHeaderSet};
 use serde::Deserialize;
 use tauri::State;
@@ -190,6 +190,12 @@ pub async fn cancel_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResul
     Ok(engine.cancel(order_id)?)
 }
 
+/// Copies the order into a new draft (see `Engine::reorder`).
+#[tauri::command]
+pub async fn reorder_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<Reorder> {
+    Ok(engine.reorder(order_id)?)
+}
+
 #[tauri::command]
 pub async fn search_skus(
     engine: State<'_, Engine>,
@@ -290,6 +296,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         release,
         confirm_order,
         cancel_order,
+        reorder_order,
         search_skus,
         get_skus,
         list_customers,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use holdfast_client::conflict::{Choice, ConflictView, FieldDiff, Resolution};
-use holdfast_client::engine::{RejectionChoice, RejectionView, Status as SyncStatus};
+use holdfast_client::engine::{RejectionChoice, RejectionView, Reorder, Status as SyncStatus};
 use holdfast_client::store::pending::Status as PendingStatus;
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
@@ -64,6 +64,7 @@ fn render() -> BTreeMap<PathBuf, String> {
         SyncStatus,
         RejectionView,
         RejectionChoice,
+        Reorder,
         // command arguments and errors (src-tauri)
         NewOrderArgs,
         CommandError,
