@@ -37,6 +37,7 @@
  * | `release`           | `orderId, lineId, qty`                                             | `string` (key)               | `release` |
  * | `confirm_order`     | `orderId`                                                          | `string` (key)               | `confirm` |
  * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
+ * | `reorder_order`     | `orderId`                                                          | `Reorder` (new draft id, skipped lines) | `reorder` |
  * | `search_skus`       | `q, limit, customerId: string\|null`                               | `SkuView[]` (`customer_price` for that customer) | `skus_for` |
  * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
  * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
@@ -90,6 +91,7 @@ import type { ProblemCode } from './generated/ProblemCode';
 import type { Profile } from './generated/Profile';
 import type { RejectionChoice } from './generated/RejectionChoice';
 import type { RejectionView } from './generated/RejectionView';
+import type { Reorder } from './generated/Reorder';
 import type { Resolution } from './generated/Resolution';
 import type { SignedOut } from './generated/SignedOut';
 import type { Sku } from './generated/Sku';
@@ -120,6 +122,7 @@ export type {
   Profile,
   RejectionChoice,
   RejectionView,
+  Reorder,
   Resolution,
   SignedOut,
   Sku,
@@ -212,6 +215,8 @@ export interface Backend {
   release(orderId: Uuid, lineId: Uuid, qty: number): Promise<string>;
   confirmOrder(orderId: Uuid): Promise<string>;
   cancelOrder(orderId: Uuid): Promise<string>;
+  /** Copies the order into a new draft (same customer and lines, today's prices); discontinued SKUs are left out and named. */
+  reorderOrder(orderId: Uuid): Promise<Reorder>;
 
   /** Matches code, style, colour and size; with a customer, each SKU carries what they would pay (`customer_price`). */
   searchSkus(q: string, limit: number, customerId?: Uuid | null): Promise<SkuView[]>;
@@ -256,6 +261,7 @@ export const COMMANDS = {
   release: 'release',
   confirmOrder: 'confirm_order',
   cancelOrder: 'cancel_order',
+  reorderOrder: 'reorder_order',
   searchSkus: 'search_skus',
   getSkus: 'get_skus',
   listCustomers: 'list_customers',
@@ -306,6 +312,7 @@ export function createTauriBackend(
     release: (orderId, lineId, qty) => call(C.release, { orderId, lineId, qty }),
     confirmOrder: (orderId) => call(C.confirmOrder, { orderId }),
     cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
+    reorderOrder: (orderId) => call(C.reorderOrder, { orderId }),
     searchSkus: (q, limit, customerId = null) => call(C.searchSkus, { q, limit, customerId }),
     getSkus: (skuIds) => call(C.getSkus, { skuIds }),
     listCustomers: () => call(C.listCustomers),

@@ -30,6 +30,7 @@ import type {
   Profile,
   RejectionChoice,
   RejectionView,
+  Reorder,
   Resolution,
   SignInArgs,
   SignedOut,
@@ -369,6 +370,21 @@ export class MockBackend implements Backend {
 
   async cancelOrder(orderId: Uuid): Promise<string> {
     return this.desk.cancelOrder(orderId);
+  }
+
+  /** As the engine's reorder: a new draft for the same customer with the active lines. */
+  async reorderOrder(orderId: Uuid): Promise<Reorder> {
+    this.log('reorderOrder', [orderId]);
+    const source = this.desk.entries.get(orderId)?.order;
+    if (!source) throw err('not_found', `no order ${orderId} on this desk`);
+    const id = this.desk.newOrder({ customer_id: source.customer_id, customer_po: null, ship_window_start: null, ship_window_end: null, notes: null });
+    const skipped: string[] = [];
+    for (const l of source.lines) {
+      const s = this.server.skus.get(l.sku_id);
+      if (s && !s.active) skipped.push(`${s.style} · ${s.color} · ${s.size}`);
+      else this.desk.addLine(id, l.sku_id, l.qty_ordered);
+    }
+    return { order_id: id, skipped };
   }
 
   // ------------------------------------------------------------ conflicts and rejections (fixtures)
