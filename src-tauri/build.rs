@@ -31,6 +31,7 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "confirm_order",
         "cancel_order",
         "reorder_order",
+        "get_invoice",
         "search_skus",
         "get_skus",
         "list_customers",

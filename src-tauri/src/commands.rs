@@ -10,7 +10,7 @@ use holdfast_client::engine::{RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
-use holdfast_protocol::model::{Customer, OrderHeaderSet};
+use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet};
 use serde::Deserialize;
 use tauri::State;
 use uuid::Uuid;
@@ -190,6 +190,12 @@ pub async fn cancel_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResul
     Ok(engine.cancel(order_id)?)
 }
 
+/// The invoice a confirmed order produced, as this desk last pulled it.
+#[tauri::command]
+pub async fn get_invoice(engine: State<'_, Engine>, invoice_id: Uuid) -> CmdResult<Option<Invoice>> {
+    Ok(engine.invoice(invoice_id)?)
+}
+
 /// Copies the order into a new draft (see `Engine::reorder`).
 #[tauri::command]
 pub async fn reorder_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<Reorder> {
@@ -297,6 +303,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         confirm_order,
         cancel_order,
         reorder_order,
+        get_invoice,
         search_skus,
         get_skus,
         list_customers,

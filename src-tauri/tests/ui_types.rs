@@ -13,7 +13,9 @@ use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_desktop::commands::NewOrderArgs;
 use holdfast_desktop::error::CommandError;
-use holdfast_protocol::model::{Customer, Line, Order, OrderHeaderSet, OrderStatus, Sku};
+use holdfast_protocol::model::{
+    Customer, Invoice, InvoiceStatus, Line, Order, OrderHeaderSet, OrderStatus, Sku,
+};
 use holdfast_protocol::problem::ProblemCode;
 use ts_rs::{Config, TS};
 
@@ -44,6 +46,8 @@ fn render() -> BTreeMap<PathBuf, String> {
         Order,
         Line,
         OrderStatus,
+        Invoice,
+        InvoiceStatus,
         Sku,
         Customer,
         OrderHeaderSet,

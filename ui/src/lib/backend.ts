@@ -38,6 +38,7 @@
  * | `confirm_order`     | `orderId`                                                          | `string` (key)               | `confirm` |
  * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
  * | `reorder_order`     | `orderId`                                                          | `Reorder` (new draft id, skipped lines) | `reorder` |
+ * | `get_invoice`       | `invoiceId`                                                        | `Invoice \| null`           | `invoice` |
  * | `search_skus`       | `q, limit, customerId: string\|null`                               | `SkuView[]` (`customer_price` for that customer) | `skus_for` |
  * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
  * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
@@ -76,6 +77,8 @@ import type { Choice } from './generated/Choice';
 import type { ConflictView } from './generated/ConflictView';
 import type { Customer } from './generated/Customer';
 import type { FieldDiff } from './generated/FieldDiff';
+import type { Invoice } from './generated/Invoice';
+import type { InvoiceStatus } from './generated/InvoiceStatus';
 import type { Line } from './generated/Line';
 import type { LinePrice } from './generated/LinePrice';
 import type { NewOrder } from './generated/NewOrder';
@@ -106,6 +109,8 @@ export type {
   ConflictView,
   Customer,
   FieldDiff,
+  Invoice,
+  InvoiceStatus,
   JsonValue,
   Line,
   LinePrice,
@@ -217,6 +222,8 @@ export interface Backend {
   cancelOrder(orderId: Uuid): Promise<string>;
   /** Copies the order into a new draft (same customer and lines, today's prices); discontinued SKUs are left out and named. */
   reorderOrder(orderId: Uuid): Promise<Reorder>;
+  /** A confirmed order's invoice as last pulled (null: not on this desk yet). */
+  getInvoice(invoiceId: Uuid): Promise<Invoice | null>;
 
   /** Matches code, style, colour and size; with a customer, each SKU carries what they would pay (`customer_price`). */
   searchSkus(q: string, limit: number, customerId?: Uuid | null): Promise<SkuView[]>;
@@ -262,6 +269,7 @@ export const COMMANDS = {
   confirmOrder: 'confirm_order',
   cancelOrder: 'cancel_order',
   reorderOrder: 'reorder_order',
+  getInvoice: 'get_invoice',
   searchSkus: 'search_skus',
   getSkus: 'get_skus',
   listCustomers: 'list_customers',
@@ -313,6 +321,7 @@ export function createTauriBackend(
     confirmOrder: (orderId) => call(C.confirmOrder, { orderId }),
     cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
     reorderOrder: (orderId) => call(C.reorderOrder, { orderId }),
+    getInvoice: (invoiceId) => call(C.getInvoice, { invoiceId }),
     searchSkus: (q, limit, customerId = null) => call(C.searchSkus, { q, limit, customerId }),
     getSkus: (skuIds) => call(C.getSkus, { skuIds }),
     listCustomers: () => call(C.listCustomers),

@@ -21,6 +21,7 @@ import type {
   Customer,
   EventName,
   EventPayloads,
+  Invoice,
   NewOrder,
   Order,
   OrderHeaderSet,
@@ -370,6 +371,10 @@ export class MockBackend implements Backend {
 
   async cancelOrder(orderId: Uuid): Promise<string> {
     return this.desk.cancelOrder(orderId);
+  }
+
+  async getInvoice(invoiceId: Uuid): Promise<Invoice | null> {
+    return clone(this.server.invoices.get(invoiceId) ?? null);
   }
 
   /** As the engine's reorder: a new draft for the same customer with the active lines. */
