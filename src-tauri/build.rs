@@ -32,6 +32,7 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "cancel_order",
         "reorder_order",
         "get_invoice",
+        "get_order_history",
         "search_skus",
         "get_skus",
         "list_customers",

@@ -10,7 +10,7 @@ use holdfast_client::engine::{RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
-use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet};
+use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet, OrderHistory};
 use serde::Deserialize;
 use tauri::State;
 use uuid::Uuid;
@@ -196,6 +196,12 @@ pub async fn get_invoice(engine: State<'_, Engine>, invoice_id: Uuid) -> CmdResu
     Ok(engine.invoice(invoice_id)?)
 }
 
+/// The order's history from the server (online only).
+#[tauri::command]
+pub async fn get_order_history(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<OrderHistory> {
+    Ok(engine.order_history(order_id).await?)
+}
+
 /// Copies the order into a new draft (see `Engine::reorder`).
 #[tauri::command]
 pub async fn reorder_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<Reorder> {
@@ -304,6 +310,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         cancel_order,
         reorder_order,
         get_invoice,
+        get_order_history,
         search_skus,
         get_skus,
         list_customers,

@@ -14,7 +14,8 @@ use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMa
 use holdfast_desktop::commands::NewOrderArgs;
 use holdfast_desktop::error::CommandError;
 use holdfast_protocol::model::{
-    Customer, Invoice, InvoiceStatus, Line, Order, OrderHeaderSet, OrderStatus, Sku,
+    Customer, HistoryDelivery, HistoryDeliveryState, HistoryEntry, Invoice, InvoiceStatus, Line,
+    Order, OrderHeaderSet, OrderHistory, OrderStatus, Sku,
 };
 use holdfast_protocol::problem::ProblemCode;
 use ts_rs::{Config, TS};
@@ -48,6 +49,10 @@ fn render() -> BTreeMap<PathBuf, String> {
         OrderStatus,
         Invoice,
         InvoiceStatus,
+        OrderHistory,
+        HistoryEntry,
+        HistoryDelivery,
+        HistoryDeliveryState,
         Sku,
         Customer,
         OrderHeaderSet,

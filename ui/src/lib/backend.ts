@@ -39,6 +39,7 @@
  * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
  * | `reorder_order`     | `orderId`                                                          | `Reorder` (new draft id, skipped lines) | `reorder` |
  * | `get_invoice`       | `invoiceId`                                                        | `Invoice \| null`           | `invoice` |
+ * | `get_order_history` | `orderId`                                                          | `OrderHistory`               | `order_history` (online only) |
  * | `search_skus`       | `q, limit, customerId: string\|null`                               | `SkuView[]` (`customer_price` for that customer) | `skus_for` |
  * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
  * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
@@ -77,6 +78,9 @@ import type { Choice } from './generated/Choice';
 import type { ConflictView } from './generated/ConflictView';
 import type { Customer } from './generated/Customer';
 import type { FieldDiff } from './generated/FieldDiff';
+import type { HistoryDelivery } from './generated/HistoryDelivery';
+import type { HistoryDeliveryState } from './generated/HistoryDeliveryState';
+import type { HistoryEntry } from './generated/HistoryEntry';
 import type { Invoice } from './generated/Invoice';
 import type { InvoiceStatus } from './generated/InvoiceStatus';
 import type { Line } from './generated/Line';
@@ -85,6 +89,7 @@ import type { NewOrder } from './generated/NewOrder';
 import type { Order } from './generated/Order';
 import type { OrderHead } from './generated/OrderHead';
 import type { OrderHeaderSet } from './generated/OrderHeaderSet';
+import type { OrderHistory } from './generated/OrderHistory';
 import type { OrderStatus } from './generated/OrderStatus';
 import type { OrderSummary } from './generated/OrderSummary';
 import type { OrderView } from './generated/OrderView';
@@ -109,6 +114,9 @@ export type {
   ConflictView,
   Customer,
   FieldDiff,
+  HistoryDelivery,
+  HistoryDeliveryState,
+  HistoryEntry,
   Invoice,
   InvoiceStatus,
   JsonValue,
@@ -118,6 +126,7 @@ export type {
   Order,
   OrderHead,
   OrderHeaderSet,
+  OrderHistory,
   OrderStatus,
   OrderSummary,
   OrderView,
@@ -224,6 +233,8 @@ export interface Backend {
   reorderOrder(orderId: Uuid): Promise<Reorder>;
   /** A confirmed order's invoice as last pulled (null: not on this desk yet). */
   getInvoice(invoiceId: Uuid): Promise<Invoice | null>;
+  /** The order's history from the server: rejects with kind `offline` when it cannot be reached. */
+  getOrderHistory(orderId: Uuid): Promise<OrderHistory>;
 
   /** Matches code, style, colour and size; with a customer, each SKU carries what they would pay (`customer_price`). */
   searchSkus(q: string, limit: number, customerId?: Uuid | null): Promise<SkuView[]>;
@@ -270,6 +281,7 @@ export const COMMANDS = {
   cancelOrder: 'cancel_order',
   reorderOrder: 'reorder_order',
   getInvoice: 'get_invoice',
+  getOrderHistory: 'get_order_history',
   searchSkus: 'search_skus',
   getSkus: 'get_skus',
   listCustomers: 'list_customers',
@@ -322,6 +334,7 @@ export function createTauriBackend(
     cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
     reorderOrder: (orderId) => call(C.reorderOrder, { orderId }),
     getInvoice: (invoiceId) => call(C.getInvoice, { invoiceId }),
+    getOrderHistory: (orderId) => call(C.getOrderHistory, { orderId }),
     searchSkus: (q, limit, customerId = null) => call(C.searchSkus, { q, limit, customerId }),
     getSkus: (skuIds) => call(C.getSkus, { skuIds }),
     listCustomers: () => call(C.listCustomers),

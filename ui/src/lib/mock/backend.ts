@@ -23,6 +23,7 @@ import type {
   EventPayloads,
   Invoice,
   NewOrder,
+  OrderHistory,
   Order,
   OrderHeaderSet,
   OrderSummary,
@@ -371,6 +372,18 @@ export class MockBackend implements Backend {
 
   async cancelOrder(orderId: Uuid): Promise<string> {
     return this.desk.cancelOrder(orderId);
+  }
+
+  /** What the server would say of an order's history (tests put it; an order the server has with none put: no entries). */
+  readonly histories = new Map<Uuid, OrderHistory>();
+
+  async getOrderHistory(orderId: Uuid): Promise<OrderHistory> {
+    this.log('getOrderHistory', [orderId]);
+    if (!this.network) throw err('offline', "the order's history is kept on the server, which cannot be reached now (mock network is down)");
+    const h = this.histories.get(orderId);
+    if (h) return clone(h);
+    if (!this.server.orders.has(orderId)) throw err('not_found', 'the server has no such order yet');
+    return { entries: [] };
   }
 
   async getInvoice(invoiceId: Uuid): Promise<Invoice | null> {
