@@ -326,6 +326,33 @@ describe('buttons and keys: one press, one act', () => {
     expect(calls(m, 'allocate').map((c) => c.args[2])).toEqual([10, 5]);
   });
 
+  for (const how of ['Enter', 'Enter then blur', 'held Enter', 'blur', 'change'] as const) {
+    test(`units field: ${how} queues ${how === 'blur' || how === 'change' ? 'nothing (Enter is the act)' : 'one allocation'}`, async () => {
+      const { m, user } = await openOrder([['M', 10, 0]]);
+      const units = within(row()).getByTestId('units');
+      units.focus();
+      await user.keyboard('3');
+      if (how === 'Enter') await enterLikeABrowser(user, units);
+      else if (how === 'Enter then blur') {
+        await enterLikeABrowser(user, units);
+        await user.tab();
+      } else if (how === 'held Enter') holdKey(units, { key: 'Enter', code: 'Enter' }, 3);
+      else if (how === 'blur') await user.tab();
+      else fireEvent.change(units);
+      await settle();
+      expect(calls(m, 'allocate').map((c) => c.args[2])).toEqual(how === 'blur' || how === 'change' ? [] : [3]);
+    });
+  }
+
+  test('units field: a held Shift+Enter queues one release', async () => {
+    const { m, user } = await openOrder([['M', 10, 6]]);
+    within(row()).getByTestId('units').focus();
+    await user.keyboard('2');
+    holdKey(within(row()).getByTestId('units'), { key: 'Enter', code: 'Enter', shiftKey: true }, 3);
+    await settle();
+    expect(calls(m, 'release').map((c) => c.args[2])).toEqual([2]);
+  });
+
   test('Release: a double click queues one release', async () => {
     const { m, user } = await openOrder([['M', 10, 6]]);
     within(row()).getByTestId('units').focus();
