@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use holdfast_protocol::backoff::parse_retry_after;
-use holdfast_protocol::model::{LoginRequest, LoginResponse, PushItem, PushRequest, PushResponse};
+use holdfast_protocol::model::{
+    LoginRequest, LoginResponse, OrderHistory, PushItem, PushRequest, PushResponse,
+};
 use holdfast_protocol::problem::Problem;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
@@ -105,7 +107,9 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(5),
             request: Duration::from_secs(30),
-            stream_idle: Duration::from_secs(45),
+            // Two and a half of the server's 10 s heartbeats: a silently
+            // dropped network is noticed within half a minute.
+            stream_idle: Duration::from_secs(25),
         }
     }
 }
@@ -216,6 +220,15 @@ impl Api {
             req = req.bearer_auth(t);
         }
         let (_, bytes) = Self::send(req).await?;
+        Self::decode(&bytes)
+    }
+
+    /// `GET /v1/orders/{id}/history` (API.md v1.1): every version of the
+    /// order as the server recorded it, oldest first, with what became of
+    /// the partner events each produced.
+    pub async fn order_history(&self, order_id: Uuid) -> Result<OrderHistory, ApiError> {
+        let path = format!("/v1/orders/{order_id}/history");
+        let (_, bytes) = Self::send(self.request(Method::GET, &path)).await?;
         Self::decode(&bytes)
     }
 

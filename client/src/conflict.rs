@@ -8,6 +8,13 @@
 //! when the numbers agree, and only a person may pick. A text field both
 //! sides set to the same value does not collide (there is nothing to pick).
 //! Rebase is allowed only when nothing collides.
+//!
+//! Confirm and cancel decide money: a confirm invoices the order's total and
+//! a cancel gives up the sale. When the user's pending confirm or cancel was
+//! made on a version whose lines (quantities, allocations, prices) the
+//! server has since changed, the status collides even though only one side
+//! touched it: the user decided on one total and the order now has another,
+//! so a person must choose with both totals in front of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -150,6 +157,7 @@ pub fn diff(base: &Order, mine: &Order, theirs: &Order, touched: &[Field]) -> Ve
         fields.extend(o.lines.iter().map(|l| Field::Line(l.id)));
     }
     fields.extend(touched.iter().copied());
+    let money_decision = touched.contains(&Field::Status) && lines_changed(base, theirs);
     let mut out = Vec::new();
     for f in fields {
         let (b, m, t) = (f.value(base), f.value(mine), f.value(theirs));
@@ -159,7 +167,8 @@ pub fn diff(base: &Order, mine: &Order, theirs: &Order, touched: &[Field]) -> Ve
             continue;
         }
         let both = mine_changed && theirs_changed;
-        let collides = both && (f.is_quantity() || m != t);
+        let collides =
+            (both && (f.is_quantity() || m != t)) || (f == Field::Status && money_decision);
         out.push(FieldDiff {
             field: f.name(),
             base: b,
@@ -172,6 +181,22 @@ pub fn diff(base: &Order, mine: &Order, theirs: &Order, touched: &[Field]) -> Ve
         });
     }
     out
+}
+
+/// The server's lines differ from the ones the user decided on: a line
+/// added, removed, or with another quantity, allocation or price — or a
+/// total that moved for any other reason.
+fn lines_changed(base: &Order, theirs: &Order) -> bool {
+    let key = |o: &Order| {
+        let mut lines: Vec<_> = o
+            .lines
+            .iter()
+            .map(|l| (l.id, l.sku_id, l.qty_ordered, l.qty_allocated, l.unit_price))
+            .collect();
+        lines.sort();
+        lines
+    };
+    base.total != theirs.total || key(base) != key(theirs)
 }
 
 /// A conflict as the user sees it.
@@ -428,5 +453,70 @@ mod tests {
             plan(&acts, &[], &Resolution::DiscardMine).expect("discard"),
             vec![None, None]
         );
+    }
+
+    fn confirm() -> Act {
+        Act::Confirm {
+            order_id: Uuid::nil(),
+            base_version: 1,
+        }
+    }
+
+    fn status_of(d: &[FieldDiff]) -> &FieldDiff {
+        d.iter().find(|f| f.field == "status").expect("status row")
+    }
+
+    #[test]
+    fn a_confirm_over_changed_quantities_is_a_persons_choice() {
+        let base = order(1);
+        let mut mine = base.clone();
+        mine.status = OrderStatus::Confirmed;
+        let mut theirs = base.clone();
+        theirs.version = 2;
+        theirs.lines[0].qty_ordered = 7;
+        theirs.total = 7 * 4200;
+        let acts = [confirm()];
+        let d = diff(&base, &mine, &theirs, &fields_of(&acts[0]));
+        assert!(status_of(&d).collides, "{d:?}");
+        assert_eq!(
+            plan(&acts, &d, &Resolution::Rebase),
+            Err(ResolveError::Collides(vec!["status".into()]))
+        );
+        let keep = Resolution::Choose([("status".to_owned(), Choice::Mine)].into());
+        assert_eq!(plan(&acts, &d, &keep).expect("mine"), vec![Some(confirm())]);
+        let drop = Resolution::Choose([("status".to_owned(), Choice::Theirs)].into());
+        assert_eq!(plan(&acts, &d, &drop).expect("theirs"), vec![None]);
+    }
+
+    #[test]
+    fn a_cancel_over_a_changed_allocation_or_price_is_a_persons_choice() {
+        let base = order(1);
+        let cancel = Act::Cancel {
+            order_id: Uuid::nil(),
+            base_version: 1,
+        };
+        let mut mine = base.clone();
+        mine.status = OrderStatus::Cancelled;
+        let mut allocated = base.clone();
+        allocated.lines[0].qty_allocated = 5;
+        let mut repriced = base.clone();
+        repriced.lines[0].unit_price = 3900;
+        for theirs in [allocated, repriced] {
+            let d = diff(&base, &mine, &theirs, &fields_of(&cancel));
+            assert!(status_of(&d).collides, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn a_confirm_over_a_header_change_still_rebases() {
+        let base = order(1);
+        let mut mine = base.clone();
+        mine.status = OrderStatus::Confirmed;
+        let mut theirs = base.clone();
+        theirs.notes = Some("call before delivery".into());
+        let acts = [confirm()];
+        let d = diff(&base, &mine, &theirs, &fields_of(&acts[0]));
+        assert!(d.iter().all(|f| !f.collides), "{d:?}");
+        assert_eq!(plan(&acts, &d, &Resolution::Rebase).expect("rebase"), vec![Some(confirm())]);
     }
 }

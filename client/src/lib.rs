@@ -17,5 +17,5 @@ pub mod token;
 pub mod view;
 
 pub use conflict::{Choice, Resolution};
-pub use engine::{Engine, EngineEvent, Error, NewOrder, RejectionChoice, SyncConfig};
+pub use engine::{Engine, EngineEvent, Error, NewOrder, RejectionChoice, Reorder, SyncConfig};
 pub use sync::SyncReport;

@@ -646,9 +646,21 @@ async fn stream_task(engine: Engine) {
         if matches!(e, Error::NotSignedIn | Error::Unauthorized) {
             return;
         }
-        engine.emit(EngineEvent::StreamLost {
-            error: e.to_string(),
-        });
+        // The desk is offline from now on, not from the next failed push: an
+        // idle desk may have nothing to push for a long while. Said once per
+        // outage in the log; every retry keeps the status honest.
+        let error = e.to_string();
+        if failures == 0 {
+            tracing::info!(%error, "lost the server's live stream; offline until it answers again");
+        }
+        if let Err(e) = engine
+            .inner
+            .store
+            .write(|tx| sync_state::stream_lost(tx, &error))
+        {
+            tracing::warn!(error = %e, "recording that the desk is offline");
+        }
+        engine.emit(EngineEvent::StreamLost { error });
         let c = engine.config();
         let wait = full_jitter_ms(
             failures,

@@ -222,6 +222,9 @@ pub struct OrderSummary {
     pub line_count: usize,
     /// Units ordered over all lines.
     pub units: i64,
+    /// An act of this order has waited 15 minutes or more while the desk
+    /// was online (see `engine::views::STUCK_AFTER`).
+    pub stuck: bool,
 }
 
 /// An order's header: its document without the lines.
@@ -245,9 +248,13 @@ pub struct OrderHead {
 }
 
 impl OrderSummary {
-    pub fn of(view: OrderView) -> Self {
+    /// `stuck_cutoff`: acts queued at or before it (ms) count as stuck.
+    pub fn of(view: OrderView, stuck_cutoff: Option<i64>) -> Self {
+        let stuck = stuck_cutoff
+            .is_some_and(|cutoff| view.pending.iter().any(|m| m.created_at <= cutoff));
         let o = view.order;
         OrderSummary {
+            stuck,
             badge: view.badge,
             pending_count: view.pending.len(),
             line_count: o.lines.len(),
@@ -463,14 +470,19 @@ mod tests {
             last_error: None,
             created_at: 0,
         };
-        let summary = OrderSummary::of(OrderView {
+        let view = OrderView {
             order: order.clone(),
             line_prices: vec![],
             server_version: None,
             badge: Badge::Pending,
             pending: vec![mark.clone(), mark],
             pending_fields: vec![],
-        });
+        };
+        // Stuck only when an act was queued by the cutoff (and there is one).
+        assert!(!OrderSummary::of(view.clone(), None).stuck);
+        assert!(!OrderSummary::of(view.clone(), Some(-1)).stuck);
+        assert!(OrderSummary::of(view.clone(), Some(0)).stuck);
+        let summary = OrderSummary::of(view, None);
         assert_eq!(
             (summary.line_count, summary.units, summary.pending_count),
             (2, 12, 2)

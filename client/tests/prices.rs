@@ -229,3 +229,63 @@ async fn codes_discontinued_skus_and_inactive_customers(db: PgPool) {
     assert_eq!(view.order.lines.len(), 2);
     assert_eq!(view.order.notes.as_deref(), Some("still open"));
 }
+
+/// Issue 14: a reorder copies an order into a new draft in one act of the
+/// user's: same customer and lines (today's prices, no allocation, no PO),
+/// a discontinued SKU left out and named; the copy lands on the server.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(db: PgPool) {
+    let server = Server::start(db).await;
+    let admin = Admin::new(&server).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let desk = open(dir.path(), "dana", fast_config());
+    login(&desk, &server.url(), "dana@acme.test").await;
+    let skus = roomy_skus(&desk, 10, 3);
+    // A customer on wholesale prices, so a wholesale change shows.
+    let customer = admin.customer(None).await;
+    desk.sync_once().await.expect("pull the customer");
+    let order = desk
+        .create_order(NewOrder {
+            customer_id: customer,
+            customer_po: Some("TK-100".into()),
+            ..Default::default()
+        })
+        .expect("create");
+    let first = desk.add_line(order, skus[0], 4).expect("line");
+    desk.add_line(order, skus[1], 2).expect("line");
+    desk.add_line(order, skus[2], 1).expect("line");
+    desk.allocate(order, first, 4).expect("allocate");
+    desk.sync_once().await.expect("push");
+
+    let wholesale = desk.sku(skus[0]).expect("sku").expect("mirrored").sku.wholesale_price;
+    admin.patch_sku(skus[0], json!({ "wholesale_price": wholesale + 100 })).await;
+    admin.patch_sku(skus[2], json!({ "active": false })).await;
+    desk.sync_once().await.expect("pull the changes");
+    let gone = desk.sku(skus[2]).expect("sku").expect("mirrored").sku;
+
+    let before = desk.pending_rows().expect("rows").len();
+    let copy = desk.reorder(order).expect("reorder");
+    assert_ne!(copy.order_id, order);
+    assert_eq!(
+        copy.skipped,
+        vec![format!("{} · {} · {}", gone.style, gone.color, gone.size)]
+    );
+    assert_eq!(desk.pending_rows().expect("rows").len(), before + 3, "create + 2 lines");
+    desk.sync_once().await.expect("push the copy");
+    assert_eq!(desk.status().expect("status").pending, 0);
+
+    let token = server.token("dana@acme.test").await;
+    let served = server.order(&token, copy.order_id).await;
+    assert_eq!(served.customer_id, customer);
+    assert_eq!(served.customer_po, None);
+    let lines: Vec<(Uuid, i64, i64)> = served
+        .lines
+        .iter()
+        .map(|l| (l.sku_id, l.qty_ordered, l.qty_allocated))
+        .collect();
+    assert_eq!(lines, vec![(skus[0], 4, 0), (skus[1], 2, 0)]);
+    assert_eq!(served.lines[0].unit_price, wholesale + 100, "today's price");
+    // An order the desk does not know is refused, nothing queued.
+    assert!(matches!(desk.reorder(Uuid::now_v7()), Err(Error::NotFound(_))));
+    assert_eq!(desk.status().expect("status").pending, 0);
+}

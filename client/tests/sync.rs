@@ -320,3 +320,58 @@ async fn a_stream_poke_brings_a_colleagues_change(db: PgPool) {
     let _ = stop.send(());
     running.await.expect("join").expect("run");
 }
+
+/// Issue 14: an idle desk (nothing to push, no pass due for ten minutes)
+/// goes offline when the server goes away — only the lost stream can tell it
+/// — and online again once the server answers; the raw error is kept for the
+/// details view, not lost.
+#[sqlx::test(migrations = "../migrations")]
+async fn an_idle_desk_goes_offline_when_the_server_does_and_back(db: PgPool) {
+    let mut server = Server::start(db).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = SyncConfig {
+        poll_interval: std::time::Duration::from_secs(600),
+        stream_retry_base_ms: 20,
+        stream_retry_cap_ms: 200,
+        ..fast_config()
+    };
+    let desk = open(dir.path(), "dana", config);
+    login(&desk, &server.url(), "dana@acme.test").await;
+    let mut events = desk.subscribe();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn({
+        let desk = desk.clone();
+        async move {
+            desk.run(async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    wait_for(&mut events, |e| {
+        matches!(e, EngineEvent::StreamConnected).then_some(())
+    })
+    .await;
+    assert_eq!(desk.status().expect("status").online, Some(true));
+
+    server.stop().await;
+    wait_for(&mut events, |e| {
+        matches!(e, EngineEvent::StreamLost { .. }).then_some(())
+    })
+    .await;
+    let status = desk.status().expect("status");
+    assert_eq!(status.pending, 0, "nothing was pushed or due");
+    assert_eq!(status.online, Some(false), "the lost stream says offline");
+    assert!(status.last_error.is_some(), "the raw error is kept for details");
+
+    server.restart().await;
+    wait_for(&mut events, |e| {
+        matches!(e, EngineEvent::SyncFinished(_)).then_some(())
+    })
+    .await;
+    let status = desk.status().expect("status");
+    assert_eq!(status.online, Some(true));
+    assert_eq!(status.last_error, None);
+    let _ = stop.send(());
+    running.await.expect("join").expect("run");
+}

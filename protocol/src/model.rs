@@ -132,14 +132,14 @@ pub struct Price {
     pub price: i64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InvoiceStatus {
     AwaitingPayment,
     Paid,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Invoice {
     pub id: Uuid,
     pub order_id: Uuid,
@@ -246,6 +246,81 @@ pub struct SkusPage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CustomerList {
     pub customers: Vec<Customer>,
+}
+
+// ---------------------------------------------------------------- history
+
+/// `GET /v1/orders/{id}/history` (API.md v1.1, "The order's history").
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OrderHistory {
+    /// One entry per version of the order, oldest first. Versions made
+    /// before the server kept a history have no entry.
+    pub entries: Vec<HistoryEntry>,
+}
+
+/// One version of an order: who made it, when, with which request, and what
+/// became of the partner events it produced.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryEntry {
+    /// The order's version this change made (1: created).
+    pub version: i64,
+    /// When the change was made: the order's `updated_at` at this version.
+    pub at: DateTime<Utc>,
+    /// The user who made the change; null for a change the system made.
+    pub by: Option<Uuid>,
+    /// That user's display name (as it is now); null when `by` is null.
+    pub by_name: Option<String>,
+    /// The partner event type naming the change: `order.created`,
+    /// `order.updated`, `order.line_allocated`, `order.line_released`,
+    /// `order.confirmed` or `order.cancelled`.
+    pub event_type: String,
+    /// What changed: the facts of that partner event (an object; e.g.
+    /// `change`, `line_id`, `qty_ordered` for a line edit, `line_id`,
+    /// `sku_id`, `qty`, `ats_after` for an allocation).
+    #[schema(value_type = Object)]
+    #[ts(type = "Record<string, unknown>")]
+    pub facts: serde_json::Value,
+    /// The `Idempotency-Key` of the request that made the change (a batch
+    /// push item's `idempotency_key`); null for a change the system made.
+    pub idempotency_key: Option<String>,
+    /// Every partner's delivery of every event this change produced, in the
+    /// order the events were recorded. Empty when no partner subscribed, and
+    /// once delivered events have outlived the server's outbox retention.
+    pub deliveries: Vec<HistoryDelivery>,
+}
+
+/// One partner's delivery of one event.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HistoryDelivery {
+    pub partner_id: Uuid,
+    pub partner_name: String,
+    /// The `webhook-id` header the partner receives (`evt_<id>`), the same on
+    /// every attempt: what the partner dedupes on.
+    pub webhook_id: String,
+    pub state: HistoryDeliveryState,
+    /// Attempts made so far.
+    pub attempts: i32,
+    /// The HTTP status of the last attempt; null before the first, or when
+    /// the last one got no answer.
+    pub last_status: Option<i32>,
+    /// When the partner accepted it; null until then.
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+/// Where a delivery stands, in words.
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryDeliveryState {
+    /// Not attempted yet.
+    Pending,
+    /// Attempted and failed; another attempt is scheduled.
+    Retrying,
+    /// The partner is disabled or paused: it goes once re-enabled.
+    Held,
+    /// The partner answered 2xx.
+    Delivered,
+    /// Every attempt failed; waits for an operator to requeue it.
+    DeadLettered,
 }
 
 // ---------------------------------------------------------------- mutations

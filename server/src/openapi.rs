@@ -19,6 +19,7 @@ use crate::http;
         http::sessions::logout,
         http::orders::list,
         http::orders::get_one,
+        http::orders::history,
         http::skus::list,
         http::skus::get_one,
         http::customers::list,

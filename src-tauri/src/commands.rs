@@ -9,8 +9,8 @@ use holdfast_client::conflict::ConflictView;
 use holdfast_client::engine::{RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
-use holdfast_client::{Engine, NewOrder, RejectionChoice, Resolution};
-use holdfast_protocol::model::{Customer, OrderHeaderSet};
+use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
+use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet, OrderHistory};
 use serde::Deserialize;
 use tauri::State;
 use uuid::Uuid;
@@ -190,6 +190,24 @@ pub async fn cancel_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResul
     Ok(engine.cancel(order_id)?)
 }
 
+/// The invoice a confirmed order produced, as this desk last pulled it.
+#[tauri::command]
+pub async fn get_invoice(engine: State<'_, Engine>, invoice_id: Uuid) -> CmdResult<Option<Invoice>> {
+    Ok(engine.invoice(invoice_id)?)
+}
+
+/// The order's history from the server (online only).
+#[tauri::command]
+pub async fn get_order_history(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<OrderHistory> {
+    Ok(engine.order_history(order_id).await?)
+}
+
+/// Copies the order into a new draft (see `Engine::reorder`).
+#[tauri::command]
+pub async fn reorder_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<Reorder> {
+    Ok(engine.reorder(order_id)?)
+}
+
 #[tauri::command]
 pub async fn search_skus(
     engine: State<'_, Engine>,
@@ -290,6 +308,9 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         release,
         confirm_order,
         cancel_order,
+        reorder_order,
+        get_invoice,
+        get_order_history,
         search_skus,
         get_skus,
         list_customers,

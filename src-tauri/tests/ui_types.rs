@@ -7,13 +7,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use holdfast_client::conflict::{Choice, ConflictView, FieldDiff, Resolution};
-use holdfast_client::engine::{RejectionChoice, RejectionView, Status as SyncStatus};
+use holdfast_client::engine::{RejectionChoice, RejectionView, Reorder, Status as SyncStatus};
 use holdfast_client::store::pending::Status as PendingStatus;
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_desktop::commands::NewOrderArgs;
 use holdfast_desktop::error::CommandError;
-use holdfast_protocol::model::{Customer, Line, Order, OrderHeaderSet, OrderStatus, Sku};
+use holdfast_protocol::model::{
+    Customer, HistoryDelivery, HistoryDeliveryState, HistoryEntry, Invoice, InvoiceStatus, Line,
+    Order, OrderHeaderSet, OrderHistory, OrderStatus, Sku,
+};
 use holdfast_protocol::problem::ProblemCode;
 use ts_rs::{Config, TS};
 
@@ -44,6 +47,12 @@ fn render() -> BTreeMap<PathBuf, String> {
         Order,
         Line,
         OrderStatus,
+        Invoice,
+        InvoiceStatus,
+        OrderHistory,
+        HistoryEntry,
+        HistoryDelivery,
+        HistoryDeliveryState,
         Sku,
         Customer,
         OrderHeaderSet,
@@ -64,6 +73,7 @@ fn render() -> BTreeMap<PathBuf, String> {
         SyncStatus,
         RejectionView,
         RejectionChoice,
+        Reorder,
         // command arguments and errors (src-tauri)
         NewOrderArgs,
         CommandError,

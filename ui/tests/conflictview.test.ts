@@ -113,4 +113,37 @@ describe('conflict view', () => {
     await waitFor(() => expect(onclose).toHaveBeenCalledWith(true));
     expect(m.calls.find((c) => c.name === 'resolveConflict')?.args).toEqual([o.id, 'discard_mine']);
   });
+
+  test('a confirm over changed quantities: both totals shown, Enter alone decides nothing', async () => {
+    const { m, o, line } = setup();
+    await m.confirmOrder(o.id);
+    m.remoteChangeLine(o.id, o.lines[0].id, 7);
+    const theirs = m.server.orders.get(o.id)!;
+    await putConflict(m, o, [
+      fieldDiff('status', { base: 'draft', mine: 'confirmed', theirs: 'draft' }, { mine_changed: true, theirs_changed: false, collides: true }),
+      fieldDiff(line, { base: lineValue(o, 5), mine: lineValue(o, 5), theirs: lineValue(o, 7) }, theirsOnly),
+    ]);
+    const onclose = vi.fn();
+    const { user } = renderScreen(ConflictView, { orderId: o.id, onclose }, m);
+
+    const totals = await screen.findByTestId('conflict-totals');
+    const money = (c: number) => `$${(c / 100).toFixed(2)}`;
+    expect(totals.textContent).toContain(`You chose to confirm this order when its total was ${money(o.total)}`);
+    expect(totals.textContent).toContain(`it now totals ${money(theirs.total)}`);
+    expect(theirs.total).not.toBe(o.total);
+    expect(within(row('status')).getByText(/Money: your choice/)).toBeTruthy();
+    expect((screen.getByRole('button', { name: /Rebase & save/ }) as HTMLButtonElement).disabled).toBe(true);
+
+    // Focus is on a choice, nothing is chosen: Enter (and Alt+B) send nothing.
+    await waitFocus(within(row('status')).getAllByRole('radio')[0]);
+    await user.keyboard('{Enter}');
+    await user.keyboard('{Alt>}b{/Alt}');
+    await user.keyboard('{Control>}{Enter}{/Control}');
+    expect(m.calls.filter((c) => c.name === 'resolveConflict')).toEqual([]);
+
+    await user.keyboard('m');
+    await user.keyboard('{Control>}{Enter}{/Control}');
+    await waitFor(() => expect(onclose).toHaveBeenCalledWith(true));
+    expect(m.calls.find((c) => c.name === 'resolveConflict')?.args).toEqual([o.id, { choose: { status: 'mine' } }]);
+  });
 });

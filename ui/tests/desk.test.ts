@@ -34,11 +34,16 @@ describe('order desk', () => {
     expect(within(harbour).getByText(/Pending · 2/)).toBeTruthy();
   });
 
-  test('a long customer name is one line with an ellipsis and the full name in its title', async () => {
+  test('a long customer name and the last change wrap rather than being cut off', async () => {
     await demoDesk();
     const cell = screen.getAllByTitle(LONG_CUSTOMER).find((e) => e.closest('.order-row'))!;
-    expect(cell.classList.contains('ellipsis')).toBe(true);
+    expect(cell.classList.contains('ellipsis')).toBe(false);
+    expect(cell.classList.contains('wrap')).toBe(true);
     expect(cell.textContent).toBe(LONG_CUSTOMER);
+    const row = cell.closest('.order-row')!;
+    const when = row.querySelector('.when')!;
+    expect(when.classList.contains('ellipsis')).toBe(false);
+    expect(when.textContent).toMatch(/\w+, (just now|\d+ s ago)/);
   });
 
   test('j/k and arrows move the selection; Home/End jump', async () => {

@@ -64,3 +64,44 @@ export function customer(mock: MockBackend, name: string) {
   if (!c) throw new Error(`no customer ${name}`);
   return c;
 }
+
+/**
+ * The backend as the desktop app meets it: every command answers after
+ * `ms` (Tauri IPC and the engine's SQLite take a few milliseconds), so a
+ * second event of the same keystroke (the `change` a browser fires right
+ * after Enter's keydown, a blur, a double click) arrives while the first act
+ * is still on its way. Calls are recorded on the mock at once. `idle()`
+ * resolves once no command is in flight (and none started meanwhile);
+ * `log` lists `>name` when a command starts and `<name` when it answers.
+ */
+export function withLatency(m: MockBackend, ms = 15) {
+  let inFlight = 0;
+  const log: string[] = [];
+  const sleep = (t: number) => new Promise((r) => setTimeout(r, t));
+  const backend = new Proxy(m, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver);
+      if (typeof v !== 'function' || prop === 'on' || prop === 'constructor') return v;
+      return async (...args: unknown[]) => {
+        inFlight += 1;
+        log.push(`>${String(prop)}`);
+        try {
+          const r = await (v as (...a: unknown[]) => unknown).apply(target, args);
+          await sleep(ms);
+          return r;
+        } finally {
+          inFlight -= 1;
+          log.push(`<${String(prop)}`);
+        }
+      };
+    },
+  }) as MockBackend;
+  async function idle() {
+    let quiet = 0;
+    while (quiet < 3) {
+      await sleep(ms);
+      quiet = inFlight === 0 ? quiet + 1 : 0;
+    }
+  }
+  return { backend, idle, log };
+}

@@ -16,7 +16,13 @@ describe('status bar', () => {
 
     m.setNetwork(false);
     await waitFor(() => expect(text('online')).toBe('Offline'));
-    expect(screen.getByTestId('sync-error').textContent).toMatch(/cannot be reached/);
+    expect(text('offline-note')).toBe('Server unreachable — your changes are saved on this computer');
+    // The transport's words only behind Details, closed until asked for.
+    const details = screen.getByTestId('sync-error') as HTMLDetailsElement;
+    expect(details.open).toBe(false);
+    expect(details.querySelector('code')!.textContent).toMatch(/cannot be reached/);
+    await user.click(screen.getByText('Details'));
+    expect(details.open).toBe(true);
 
     const tokyo = customer(m, 'Tokyo Distributor').id;
     await m.createOrder({ customer_id: tokyo, customer_po: null, ship_window_start: null, ship_window_end: null, notes: null });
@@ -38,6 +44,7 @@ describe('status bar', () => {
     clock.advance(12_000);
     await waitFor(() => expect(text('last-synced')).toBe('Last synced: 12 s ago'), { timeout: 2000 });
     expect(screen.queryByTestId('sync-error')).toBeNull();
+    expect(screen.queryByTestId('offline-note')).toBeNull();
   });
 
   test('Alt+S syncs now from anywhere', async () => {

@@ -42,47 +42,7 @@ impl Engine {
         let key = new_key();
         let mut failure: Option<Error> = None;
         self.inner.store.write(|tx| {
-            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            let mirror = orders::get(tx, order_id)?;
-            let rows = pending::for_order(tx, order_id)?;
-            let mut doc = mirror.clone();
-            for row in rows.iter().filter(|r| view::shows(r)) {
-                doc = view::apply(doc, &row.act, &me);
-            }
-            let base = match (rows.last(), &mirror) {
-                // Behind the user's own acts: the previous one's base + 1.
-                (Some(last), _) => last.base_version + 1,
-                (None, Some(m)) => m.version,
-                (None, None) => 0,
-            };
-            let act = match make(tx, doc.as_ref(), base) {
-                Ok(act) => act,
-                Err(e) => {
-                    failure = Some(e);
-                    return Ok(());
-                }
-            };
-            if let (
-                Act::AddLine {
-                    line_id, sku_id, ..
-                },
-                Some(o),
-            ) = (&act, &doc)
-            {
-                if let Some(price) = price_lists::expected_price(tx, o.customer_id, *sku_id)? {
-                    expected_prices::record(tx, order_id, *line_id, *sku_id, price, now_ms())?;
-                }
-            }
-            pending::insert(
-                tx,
-                &pending::New {
-                    key: &key,
-                    act: &act,
-                    base_version: base,
-                    base_doc: doc.as_ref(),
-                    now: now_ms(),
-                },
-            )?;
+            failure = Self::queue_in(tx, order_id, &key, make)?.err();
             Ok(())
         })?;
         if let Some(e) = failure {
@@ -90,6 +50,56 @@ impl Engine {
         }
         self.changed_locally();
         Ok(key)
+    }
+
+    /// [`queue`](Self::queue) inside the caller's store transaction, so that
+    /// several acts can land together. The outer error is the store's; the
+    /// inner one is `make`'s refusal, which writes nothing.
+    fn queue_in(
+        tx: &Transaction<'_>,
+        order_id: Uuid,
+        key: &str,
+        make: impl FnOnce(&Transaction<'_>, Option<&Order>, i64) -> Result<Act>,
+    ) -> Result<Result<()>, StoreError> {
+        let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let mirror = orders::get(tx, order_id)?;
+        let rows = pending::for_order(tx, order_id)?;
+        let mut doc = mirror.clone();
+        for row in rows.iter().filter(|r| view::shows(r)) {
+            doc = view::apply(doc, &row.act, &me);
+        }
+        let base = match (rows.last(), &mirror) {
+            // Behind the user's own acts: the previous one's base + 1.
+            (Some(last), _) => last.base_version + 1,
+            (None, Some(m)) => m.version,
+            (None, None) => 0,
+        };
+        let act = match make(tx, doc.as_ref(), base) {
+            Ok(act) => act,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let (
+            Act::AddLine {
+                line_id, sku_id, ..
+            },
+            Some(o),
+        ) = (&act, &doc)
+        {
+            if let Some(price) = price_lists::expected_price(tx, o.customer_id, *sku_id)? {
+                expected_prices::record(tx, order_id, *line_id, *sku_id, price, now_ms())?;
+            }
+        }
+        pending::insert(
+            tx,
+            &pending::New {
+                key,
+                act: &act,
+                base_version: base,
+                base_doc: doc.as_ref(),
+                now: now_ms(),
+            },
+        )?;
+        Ok(Ok(()))
     }
 
     pub fn create_order(&self, new: NewOrder) -> Result<Uuid> {
@@ -231,6 +241,86 @@ impl Engine {
                 base_version: base,
             })
         })
+    }
+}
+
+/// What a reorder made: the new draft, and the lines it could not copy.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Reorder {
+    pub order_id: Uuid,
+    /// "style · colour · size" of each line left out (its SKU is discontinued).
+    pub skipped: Vec<String>,
+}
+
+impl Engine {
+    /// Copies an order into a new draft for the same customer: each line's
+    /// SKU and quantity, in order. Not copied: the PO (a reorder comes with
+    /// its own), the ship window (it has passed or will), notes, allocations,
+    /// and lines whose SKU is discontinued (named in the answer). Every act
+    /// of the copy is queued in one local transaction: the whole draft lands
+    /// in the queue or none of it does.
+    pub fn reorder(&self, from: Uuid) -> Result<Reorder> {
+        let order_id = Uuid::now_v7();
+        let mut failure: Option<Error> = None;
+        let mut skipped = Vec::new();
+        self.inner.store.write(|tx| {
+            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let mut source = orders::get(tx, from)?;
+            for row in pending::for_order(tx, from)?.iter().filter(|r| view::shows(r)) {
+                source = view::apply(source, &row.act, &me);
+            }
+            let Some(source) = source else {
+                failure = Some(Error::NotFound(format!("no order {from} on this desk")));
+                return Ok(());
+            };
+            if let Err(e) = open_customer(tx, source.customer_id) {
+                failure = Some(e);
+                return Ok(());
+            }
+            let mut lines = Vec::new();
+            for l in &source.lines {
+                match skus::get(tx, l.sku_id)? {
+                    Some(sku) if !sku.active => {
+                        skipped.push(format!("{} · {} · {}", sku.style, sku.color, sku.size))
+                    }
+                    _ => lines.push((l.sku_id, l.qty_ordered)),
+                }
+            }
+            let create = Act::CreateOrder {
+                order_id,
+                customer_id: source.customer_id,
+                customer_po: None,
+                ship_window_start: None,
+                ship_window_end: None,
+                notes: None,
+            };
+            let mut refusal = Self::queue_in(tx, order_id, &new_key(), |_, _, _| Ok(create))?.err();
+            for (sku_id, qty_ordered) in lines {
+                if refusal.is_some() {
+                    break;
+                }
+                refusal = Self::queue_in(tx, order_id, &new_key(), |_, _, base| {
+                    Ok(Act::AddLine {
+                        order_id,
+                        line_id: Uuid::now_v7(),
+                        sku_id,
+                        qty_ordered,
+                        base_version: base,
+                    })
+                })?
+                .err();
+            }
+            // Part of a copy is no copy: undo it all.
+            if let Some(e) = refusal {
+                return Err(StoreError::Invalid(e.to_string()));
+            }
+            Ok(())
+        })?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        self.changed_locally();
+        Ok(Reorder { order_id, skipped })
     }
 }
 

@@ -38,10 +38,12 @@
 //! This file is the engine itself: opening a store, its events, who is
 //! signed in. `acts` queues acts under the rule above, `views` is what the
 //! screens read, `conflicts` and `rejections` carry out the user's answers to
-//! a 409 and to a refused act. The sync loop is [`crate::sync`].
+//! a 409 and to a refused act, `history` fetches an order's history from the
+//! server (online only). The sync loop is [`crate::sync`].
 
 mod acts;
 mod conflicts;
+mod history;
 mod rejections;
 mod views;
 
@@ -64,7 +66,7 @@ use crate::store::{self, pending, Store, StoreError};
 use crate::token::{TokenError, TokenStore};
 use crate::view::Me;
 
-pub use acts::NewOrder;
+pub use acts::{NewOrder, Reorder};
 pub use rejections::{RejectionChoice, RejectionView};
 pub use views::{SignedOut, Status};
 
@@ -86,6 +88,10 @@ pub enum Error {
     Busy,
     #[error("{0}")]
     NotFound(String),
+    /// A read only the server can answer (the order's history: the desk
+    /// keeps no copy) could not reach it.
+    #[error("{what} is kept on the server, which cannot be reached now; try again when online ({cause})")]
+    OnlineOnly { what: &'static str, cause: String },
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -93,9 +99,11 @@ pub enum Error {
 }
 
 impl Error {
-    /// The server could not be reached (the act is safe in the queue).
+    /// The server could not be reached (the act is safe in the queue; an
+    /// online-only read has nothing to show).
     pub fn is_offline(&self) -> bool {
         matches!(self, Error::Api(e) if e.is_transient())
+            || matches!(self, Error::OnlineOnly { .. })
     }
 }
 

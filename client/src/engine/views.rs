@@ -11,7 +11,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{Engine, Result};
-use crate::store::sync_state::{self, Profile};
+use crate::store::sync_state::{self, Profile, SyncState};
 use crate::store::{
     conflicts, customers, expected_prices, invoices, now_ms, orders, pending, price_lists,
     rejections, skus, StoreError,
@@ -38,6 +38,21 @@ pub struct Status {
     /// Not signed in, after an earlier sign-in: who was, for the sign-in
     /// form, and why the server ended it if it did.
     pub signed_out: Option<SignedOut>,
+    /// Acts pending for [`STUCK_AFTER`] or more while the desk was online:
+    /// the network is not the reason they have not landed.
+    pub stuck: i64,
+}
+
+/// How long an act may wait, online, before the desk calls it stuck.
+pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Acts queued at or before the returned time (ms) are stuck: both they and
+/// the desk's current online stretch are at least [`STUCK_AFTER`] old. None
+/// while offline, or online for less than that.
+fn stuck_cutoff(state: &SyncState, now: i64) -> Option<i64> {
+    let cutoff = now - STUCK_AFTER.as_millis() as i64;
+    (state.online == Some(true) && state.online_since.is_some_and(|t| t <= cutoff))
+        .then_some(cutoff)
 }
 
 /// The last sign-in of a desk that is signed out now.
@@ -85,7 +100,13 @@ impl Engine {
 
     /// [`Engine::orders`] as desk rows: headers, badges and counts only.
     pub fn order_summaries(&self) -> Result<Vec<OrderSummary>> {
-        Ok(self.orders()?.into_iter().map(OrderSummary::of).collect())
+        let state = self.inner.store.read(sync_state::get)?;
+        let cutoff = stuck_cutoff(&state, now_ms());
+        Ok(self
+            .orders()?
+            .into_iter()
+            .map(|v| OrderSummary::of(v, cutoff))
+            .collect())
     }
 
     pub fn order(&self, order_id: Uuid) -> Result<Option<OrderView>> {
@@ -209,14 +230,21 @@ impl Engine {
     }
 
     pub fn status(&self) -> Result<Status> {
-        let (state, last, (count, oldest), n_conflicts, n_rejections) =
+        let now = now_ms();
+        let (state, last, (count, oldest), n_conflicts, n_rejections, stuck) =
             self.inner.store.read(|tx| {
+                let state = sync_state::get(tx)?;
+                let stuck = match stuck_cutoff(&state, now) {
+                    Some(cutoff) => pending::queued_before(tx, cutoff)?,
+                    None => 0,
+                };
                 Ok((
-                    sync_state::get(tx)?,
+                    state,
                     sync_state::last_identity(tx)?,
                     pending::summary(tx)?,
                     conflicts::list(tx)?.len(),
                     rejections::list(tx)?.len(),
+                    stuck,
                 ))
             })?;
         let signed_out = match (&state.profile, last) {
@@ -236,13 +264,52 @@ impl Engine {
             online: state.online,
             pending: count,
             oldest_pending_at: time(oldest),
-            oldest_pending_age_secs: oldest.map(|o| ((now_ms() - o) / 1000).max(0)),
+            oldest_pending_age_secs: oldest.map(|o| ((now - o) / 1000).max(0)),
             last_synced_at: time(state.last_synced_at),
             conflicts: n_conflicts,
             rejections: n_rejections,
             next_attempt_at: time(state.next_attempt_at),
             last_error: state.last_error,
             signed_out,
+            stuck,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(online: Option<bool>, online_since: Option<i64>) -> SyncState {
+        SyncState {
+            store_id: "s".into(),
+            profile: None,
+            cursor: None,
+            last_push_at: None,
+            last_pull_at: None,
+            last_synced_at: None,
+            failures: 0,
+            next_attempt_at: None,
+            last_error: None,
+            online,
+            signed_out_reason: None,
+            online_since,
+        }
+    }
+
+    #[test]
+    fn only_time_spent_online_makes_an_act_stuck() {
+        let after = STUCK_AFTER.as_millis() as i64;
+        let now = 10 * after;
+        // Offline, or back online only a minute ago: nothing is stuck yet,
+        // however old the acts.
+        assert_eq!(stuck_cutoff(&state(Some(false), None), now), None);
+        assert_eq!(stuck_cutoff(&state(None, None), now), None);
+        assert_eq!(stuck_cutoff(&state(Some(true), Some(now - 60_000)), now), None);
+        // Online for the whole window: acts queued before it are stuck.
+        assert_eq!(
+            stuck_cutoff(&state(Some(true), Some(now - after)), now),
+            Some(now - after)
+        );
     }
 }

@@ -358,6 +358,13 @@ pub fn summary(tx: &Transaction<'_>) -> StoreResult<(i64, Option<i64>)> {
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
+/// Acts queued at or before `cutoff` (ms) that are still here.
+pub fn queued_before(tx: &Transaction<'_>, cutoff: i64) -> StoreResult<i64> {
+    Ok(tx
+        .prepare_cached("select count(*) from pending where created_at <= ?1")?
+        .query_row([cutoff], |r| r.get(0))?)
+}
+
 /// Writes a row in the shape an older app wrote it (tests of upcasting).
 #[doc(hidden)]
 pub fn insert_raw_v1(

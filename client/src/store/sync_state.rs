@@ -47,7 +47,18 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         "update sync_state set cursor = null;
     alter table sync_state add column signed_out_reason text;",
     ),
+    (
+        3,
+        // Since when the desk has been online without a break (null while
+        // offline or signed out): an act pending for long while online is
+        // stuck, one pending for long because the desk was offline is not.
+        "alter table sync_state add column online_since integer;",
+    ),
 ];
+
+/// Milliseconds since the epoch by SQLite's clock, for statements that go
+/// online without a `now` of their own.
+const SQL_NOW_MS: &str = "cast((julianday('now') - 2440587.5) * 86400000 as integer)";
 
 /// Who is signed in on this store.
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]
@@ -76,6 +87,8 @@ pub struct SyncState {
     pub online: Option<bool>,
     /// Why the server ended this desk's session (None: it did not).
     pub signed_out_reason: Option<String>,
+    /// Online without a break since then (ms); None while not online.
+    pub online_since: Option<i64>,
 }
 
 pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
@@ -83,7 +96,7 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
         .prepare_cached(
             "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
                 device_name, cursor, last_push_at, last_pull_at, last_synced_at, failures,
-                next_attempt_at, last_error, online, signed_out_reason
+                next_attempt_at, last_error, online, signed_out_reason, online_since
            from sync_state where id = 1",
         )?
         .query_row([], |r| {
@@ -115,6 +128,7 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
                     last_error: r.get(14)?,
                     online: r.get::<_, Option<i64>>(15)?.map(|v| v != 0),
                     signed_out_reason: r.get(16)?,
+                    online_since: r.get(17)?,
                 },
             ))
         })?;
@@ -185,7 +199,8 @@ pub fn last_identity(tx: &Transaction<'_>) -> StoreResult<Option<(String, String
 /// Forgets the signed-in user (the mirrors and pending acts stay).
 pub fn clear_profile(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.prepare_cached(
-        "update sync_state set user_id = null, online = null, signed_out_reason = null
+        "update sync_state set user_id = null, online = null, online_since = null,
+                signed_out_reason = null
           where id = 1",
     )?
     .execute([])?;
@@ -198,7 +213,8 @@ pub fn clear_profile(tx: &Transaction<'_>) -> StoreResult<()> {
 /// send what is queued.
 pub fn session_ended(tx: &Transaction<'_>, reason: &str) -> StoreResult<()> {
     tx.prepare_cached(
-        "update sync_state set user_id = null, online = null, signed_out_reason = ?1,
+        "update sync_state set user_id = null, online = null, online_since = null,
+                signed_out_reason = ?1,
                 failures = 0, next_attempt_at = null, last_error = null
           where id = 1",
     )?
@@ -222,7 +238,8 @@ pub fn pushed(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
 pub fn succeeded(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
     tx.prepare_cached(
         "update sync_state set last_synced_at = ?1, failures = 0, next_attempt_at = null,
-                last_error = null, online = 1
+                last_error = null, online = 1,
+                online_since = case when online = 1 then coalesce(online_since, ?1) else ?1 end
           where id = 1",
     )?
     .execute(params![at])?;
@@ -242,7 +259,8 @@ pub fn failed(
     let failures: u32 = tx
         .prepare_cached(
             "update sync_state set failures = failures + 1, last_error = ?1,
-                online = case when ?2 then 0 else online end
+                online = case when ?2 then 0 else online end,
+                online_since = case when ?2 then null else online_since end
           where id = 1 returning failures",
         )?
         .query_row(params![error, offline], |r| r.get(0))?;
@@ -252,11 +270,27 @@ pub fn failed(
     Ok(next)
 }
 
+/// The live stream to the server broke, or could not be opened: the desk is
+/// offline until a request gets an answer again. Only the signed-in desk's
+/// state changes (a signed-out one has no connectivity to speak of); the
+/// pass backoff is left alone — the stream has its own retry.
+pub fn stream_lost(tx: &Transaction<'_>, error: &str) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update sync_state set online = 0, online_since = null, last_error = ?1
+          where id = 1 and user_id is not null",
+    )?
+    .execute([error])?;
+    Ok(())
+}
+
 /// Connectivity came back (the stream connected): retry at once.
 pub fn reset_backoff(tx: &Transaction<'_>) -> StoreResult<()> {
-    tx.prepare_cached(
-        "update sync_state set failures = 0, next_attempt_at = null, online = 1 where id = 1",
-    )?
+    tx.prepare_cached(&format!(
+        "update sync_state set failures = 0, next_attempt_at = null, online = 1,
+                online_since = case when online = 1 then coalesce(online_since, {SQL_NOW_MS})
+                                    else {SQL_NOW_MS} end
+          where id = 1"
+    ))?
     .execute([])?;
     Ok(())
 }

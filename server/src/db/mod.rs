@@ -5,6 +5,7 @@ pub mod changes;
 pub mod customers;
 pub mod deliveries;
 pub mod invoices;
+pub mod order_history;
 pub mod orders;
 pub mod outbox;
 pub mod partners;

@@ -44,7 +44,7 @@ impl Aggregate {
 
 /// The body partners receive for one event, fixed when it is recorded so
 /// every retry sends the same bytes. `facts` must be a JSON object.
-fn payload(
+pub(crate) fn payload(
     tenant_id: Uuid,
     event_type: EventType,
     aggregate: Aggregate,
@@ -70,6 +70,8 @@ fn payload(
 /// Records one event. `sequence` is the aggregate's new `event_seq` (gap-free
 /// per aggregate: the caller bumped it in this transaction) and `version` the
 /// aggregate's version after the change. `facts` must be a JSON object.
+/// Returns the event's id (its `webhook-id` is `evt_<id>`), which an order's
+/// history keeps (`db::order_history`).
 pub async fn enqueue_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -78,11 +80,12 @@ pub async fn enqueue_in_tx(
     sequence: i64,
     version: i64,
     facts: Value,
-) -> Result<(), sqlx::Error> {
+) -> Result<i64, sqlx::Error> {
     let payload = payload(tenant_id, event_type, aggregate, sequence, version, facts);
-    sqlx::query(
+    sqlx::query_scalar(
         "insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload)
-         values ($1, $2, $3, $4, $5, $6)",
+         values ($1, $2, $3, $4, $5, $6)
+         returning id",
     )
     .bind(tenant_id)
     .bind(event_type.as_str())
@@ -90,9 +93,8 @@ pub async fn enqueue_in_tx(
     .bind(aggregate.id())
     .bind(sequence)
     .bind(payload)
-    .execute(conn)
-    .await?;
-    Ok(())
+    .fetch_one(conn)
+    .await
 }
 
 /// One event of [`enqueue_many_in_tx`].
@@ -150,7 +152,8 @@ pub async fn enqueue_many_in_tx(
 /// A SKU's position moved: its change row for the desks' feed and its
 /// `sku.ats_changed` event for partners, in the caller's transaction.
 /// `version` and `sequence` are the position's new ones (bumped by the
-/// caller's update); `ats` is what is available to sell now.
+/// caller's update); `ats` is what is available to sell now. Returns the
+/// event's id.
 pub async fn announce_ats_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -158,7 +161,7 @@ pub async fn announce_ats_in_tx(
     ats: i64,
     version: i64,
     sequence: i64,
-) -> Result<(), sqlx::Error> {
+) -> Result<i64, sqlx::Error> {
     record_in_tx(conn, tenant_id, DocKind::Sku, sku_id, version).await?;
     enqueue_in_tx(
         conn,

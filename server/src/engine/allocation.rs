@@ -271,11 +271,13 @@ struct Moved {
 /// clause); every other write — the line, the order's version and event
 /// sequence (compare-and-swap on the version we locked), the ledger row with
 /// the idempotency key under its unique constraint, the order's and the SKU's
-/// feed rows, both outbox events — selects from `pos` (or from `ord`, which
-/// does), so when the stock is not there nothing at all is written and the
-/// statement returns no row. Sub-statements of one statement all see the same
-/// snapshot and none sees another's changes, so everything the answer needs
-/// comes back through RETURNING. The event bodies are those
+/// feed rows, both outbox events, the version's history entry (who, the key,
+/// the order event's facts, both events' ids; `db::order_history`) —
+/// selects from `pos` (or from `ord`, which does), so when the stock is not
+/// there nothing at all is written and the statement returns no row.
+/// Sub-statements of one statement all see the same snapshot and none sees
+/// another's changes, so everything the answer needs comes back through
+/// RETURNING. The event bodies are those
 /// `db::outbox::enqueue_in_tx` builds: jsonb keeps no key order, so building
 /// them here stores the same value.
 ///
@@ -318,6 +320,14 @@ macro_rules! folded_move {
                'data', jsonb_build_object('line_id', $5, 'sku_id', $2, 'qty', $12,
                                           'ats_after', pos.ats_after, 'tenant_id', $1, 'order_id', $4,
                                           'sequence', ord.event_seq, 'version', ord.version))
+      from pos, ord
+    returning id
+), entry as (
+    insert into order_history (tenant_id, order_id, version, created_by, event_type, facts,
+                               idempotency_key, outbox_ids)
+    select $1, $4, ord.version, $7, $11,
+           jsonb_build_object('line_id', $5, 'sku_id', $2, 'qty', $12, 'ats_after', pos.ats_after),
+           $6, array(select id from events order by id)
       from pos, ord
 )
 select pos.ats_after, ord.version, ord.updated_at, line.qty_allocated,
@@ -500,7 +510,8 @@ pub(crate) struct LineRef {
 }
 
 /// Gives back `qty` units of a line's allocation: position, ledger, SKU
-/// events. Used by release, remove-line and cancel. Returns ATS after.
+/// events. Used by remove-line and cancel. Returns ATS after and the id of
+/// the SKU's `sku.ats_changed` event (the order's history keeps it).
 pub(crate) async fn release_position_in_tx(
     conn: &mut PgConnection,
     caller: &Caller,
@@ -508,7 +519,7 @@ pub(crate) async fn release_position_in_tx(
     reason: &str,
     line: LineRef,
     qty: i64,
-) -> Result<i64, Error> {
+) -> Result<(i64, i64), Error> {
     let t = caller.tenant_id;
     let sku_id = line.sku_id;
     let (ats_after, sku_version, sku_seq) = move_position_in_tx(conn, t, sku_id, -qty)
@@ -519,8 +530,8 @@ pub(crate) async fn release_position_in_tx(
             ))
         })?;
     ledger_in_tx(conn, caller, key, reason, line, -qty).await?;
-    announce_ats_in_tx(conn, t, sku_id, ats_after, sku_version, sku_seq).await?;
-    Ok(ats_after)
+    let event = announce_ats_in_tx(conn, t, sku_id, ats_after, sku_version, sku_seq).await?;
+    Ok((ats_after, event))
 }
 
 async fn ledger_in_tx(

@@ -255,13 +255,16 @@ async fn run(
                 ship_window_end,
                 notes,
             };
-            orders::create(conn, caller, header).await
+            orders::create(conn, caller, key, header).await
         }
         Mutation::PatchOrder {
             order_id,
             base_version,
             set,
-        } => orders::patch(conn, caller, order_id, PatchOrder { base_version, set }).await,
+        } => {
+            let body = PatchOrder { base_version, set };
+            orders::patch(conn, caller, key, order_id, body).await
+        }
         Mutation::AddLine {
             order_id,
             line_id,
@@ -275,7 +278,7 @@ async fn run(
                 qty_ordered,
                 base_version,
             };
-            orders::add_line(conn, caller, order_id, line).await
+            orders::add_line(conn, caller, key, order_id, line).await
         }
         Mutation::ChangeLine {
             order_id,
@@ -287,7 +290,7 @@ async fn run(
                 base_version,
                 qty_ordered,
             };
-            orders::change_line(conn, caller, order_id, line_id, change).await
+            orders::change_line(conn, caller, key, order_id, line_id, change).await
         }
         Mutation::RemoveLine {
             order_id,
@@ -307,7 +310,7 @@ async fn run(
         Mutation::Confirm {
             order_id,
             base_version,
-        } => orders::confirm(conn, caller, order_id, base_version).await,
+        } => orders::confirm(conn, caller, key, order_id, base_version).await,
         Mutation::Cancel {
             order_id,
             base_version,

@@ -20,6 +20,7 @@ use super::allocation::{release_position_in_tx, LineRef};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::changes::{record_in_tx, DocKind};
+use crate::db::order_history::{self, announce_in_tx, OrderEvent};
 use crate::db::outbox::{enqueue_in_tx, Aggregate};
 use crate::error::Error;
 
@@ -187,13 +188,16 @@ pub(crate) async fn bump_in_tx(
 }
 
 /// [`bump_in_tx`] and the one outbox event announcing the change, in one
-/// statement: the version's compare-and-swap, the order's feed row and the
+/// statement: the version's compare-and-swap, the order's feed row, the
 /// event (its body as `db::outbox::enqueue_in_tx` builds it: `facts`, then
 /// tenant, order, sequence and version; jsonb keeps no key order, so the
-/// stored value is the same). Returns the new version.
+/// stored value is the same) and the version's history entry (who, which
+/// key, these facts, the event's id; `db::order_history`). Returns the new
+/// version.
 pub(crate) async fn bump_announce_in_tx(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     id: Uuid,
     base_version: i64,
     event_type: EventType,
@@ -221,6 +225,12 @@ pub(crate) async fn bump_announce_in_tx(
                                                                 'sequence', ord.event_seq,
                                                                 'version', ord.version))
                from ord
+             returning id
+         ), entry as (
+             insert into order_history (tenant_id, order_id, version, created_by, event_type, facts,
+                                        idempotency_key, outbox_ids)
+             select $1, $2, ord.version, $4, $5, $7, $8, array(select id from events)
+               from ord
          )
          select version from ord",
     )
@@ -231,10 +241,19 @@ pub(crate) async fn bump_announce_in_tx(
     .bind(event_type.as_str())
     .bind(timestamp)
     .bind(facts)
+    .bind(key.as_str())
     .fetch_optional(&mut *conn)
     .await?;
     // We hold the row lock and checked the version: zero rows is a bug.
     version.ok_or_else(|| Error::Internal(anyhow::anyhow!("order {id} moved under its own lock")))
+}
+
+/// A desk's act: its user and the key of the request that carried it.
+pub(crate) fn author<'a>(caller: &Caller, key: &'a IdempotencyKey) -> order_history::Author<'a> {
+    order_history::Author {
+        user_id: Some(caller.user_id),
+        idempotency_key: Some(key.as_str()),
+    }
 }
 
 /// A customer a new or re-assigned order may name: it must exist in the
@@ -266,6 +285,7 @@ async fn require_open_customer(
 pub(crate) async fn create(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     body: CreateOrder,
 ) -> Result<Done, Error> {
     let t = caller.tenant_id;
@@ -292,23 +312,21 @@ pub(crate) async fn create(
         return Err(conflict(conn, t, body.id, 0).await?);
     }
     record_in_tx(conn, t, DocKind::Order, body.id, 1).await?;
-    let facts = json!({"customer_id": body.customer_id});
-    enqueue_in_tx(
-        conn,
-        t,
-        EventType::OrderCreated,
-        Aggregate::Order(body.id),
-        1,
-        1,
-        facts,
-    )
-    .await?;
+    let event = OrderEvent {
+        order_id: body.id,
+        event_type: EventType::OrderCreated,
+        sequence: 1,
+        version: 1,
+        facts: json!({"customer_id": body.customer_id}),
+    };
+    announce_in_tx(conn, t, author(caller, key), event, None, &[]).await?;
     Done::created(load(conn, t, body.id).await?)
 }
 
 pub(crate) async fn patch(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     id: Uuid,
     body: PatchOrder,
 ) -> Result<Done, Error> {
@@ -365,6 +383,7 @@ pub(crate) async fn patch(
     bump_announce_in_tx(
         conn,
         caller,
+        key,
         id,
         body.base_version,
         EventType::OrderUpdated,
@@ -377,6 +396,7 @@ pub(crate) async fn patch(
 pub(crate) async fn add_line(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     id: Uuid,
     body: AddLine,
 ) -> Result<Done, Error> {
@@ -407,6 +427,7 @@ pub(crate) async fn add_line(
     bump_announce_in_tx(
         conn,
         caller,
+        key,
         id,
         body.base_version,
         EventType::OrderUpdated,
@@ -514,6 +535,7 @@ pub(crate) fn over_allocation(detail: String, qty_ordered: i64, qty_allocated: i
 pub(crate) async fn change_line(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     id: Uuid,
     line_id: Uuid,
     body: ChangeLine,
@@ -545,6 +567,7 @@ pub(crate) async fn change_line(
     bump_announce_in_tx(
         conn,
         caller,
+        key,
         id,
         body.base_version,
         EventType::OrderUpdated,
@@ -568,41 +591,56 @@ pub(crate) async fn remove_line(
     let events = if qty_allocated > 0 { 2 } else { 1 };
     let (version, seq) = bump_in_tx(conn, caller, id, base_version, events).await?;
     let mut seq = seq;
+    let facts = json!({"change": "line_removed", "line_id": line_id, "sku_id": sku_id});
+    let mut entry_facts = None;
+    let mut earlier_events = Vec::new();
     if qty_allocated > 0 {
         let line = LineRef {
             order_id: id,
             line_id,
             sku_id,
         };
-        let ats_after =
+        let (ats_after, sku_event) =
             release_position_in_tx(conn, caller, key, "remove_line", line, qty_allocated).await?;
-        let facts = json!({"line_id": line_id, "sku_id": sku_id, "qty": qty_allocated, "ats_after": ats_after});
-        enqueue_in_tx(
+        let released = json!({"line_id": line_id, "sku_id": sku_id, "qty": qty_allocated, "ats_after": ats_after});
+        let released_event = enqueue_in_tx(
             conn,
             t,
             EventType::OrderLineReleased,
             Aggregate::Order(id),
             seq,
             version,
-            facts,
+            released,
         )
         .await?;
+        earlier_events.extend([sku_event, released_event]);
         seq += 1;
+        // One version, two order events: the history entry tells both, the
+        // removal and what its release gave back.
+        let mut both = facts.clone();
+        both["qty_released"] = json!(qty_allocated);
+        both["ats_after"] = json!(ats_after);
+        entry_facts = Some(both);
     }
     sqlx::query("delete from order_lines where tenant_id = $1 and id = $2")
         .bind(t)
         .bind(line_id)
         .execute(&mut *conn)
         .await?;
-    let facts = json!({"change": "line_removed", "line_id": line_id, "sku_id": sku_id});
-    enqueue_in_tx(
-        conn,
-        t,
-        EventType::OrderUpdated,
-        Aggregate::Order(id),
-        seq,
+    let event = OrderEvent {
+        order_id: id,
+        event_type: EventType::OrderUpdated,
+        sequence: seq,
         version,
         facts,
+    };
+    announce_in_tx(
+        conn,
+        t,
+        author(caller, key),
+        event,
+        entry_facts,
+        &earlier_events,
     )
     .await?;
     Done::ok(load(conn, t, id).await?)
@@ -618,6 +656,7 @@ pub(crate) async fn remove_line(
 pub(crate) async fn confirm(
     conn: &mut PgConnection,
     caller: &Caller,
+    key: &IdempotencyKey,
     id: Uuid,
     base_version: i64,
 ) -> Result<Done, Error> {
@@ -705,6 +744,7 @@ pub(crate) async fn confirm(
     bump_announce_in_tx(
         conn,
         caller,
+        key,
         id,
         base_version,
         EventType::OrderConfirmed,
@@ -743,13 +783,16 @@ pub(crate) async fn cancel(
     .await?;
     let (version, seq) = bump_in_tx(conn, caller, id, base_version, 1).await?;
     let mut released = Vec::new();
+    let mut sku_events = Vec::new();
     for (line_id, sku_id, qty) in allocated {
         let line = LineRef {
             order_id: id,
             line_id,
             sku_id,
         };
-        let ats_after = release_position_in_tx(conn, caller, key, "cancel", line, qty).await?;
+        let (ats_after, sku_event) =
+            release_position_in_tx(conn, caller, key, "cancel", line, qty).await?;
+        sku_events.push(sku_event);
         released.push(
             json!({"line_id": line_id, "sku_id": sku_id, "qty": qty, "ats_after": ats_after}),
         );
@@ -766,15 +809,13 @@ pub(crate) async fn cancel(
         .bind(id)
         .execute(&mut *conn)
         .await?;
-    enqueue_in_tx(
-        conn,
-        t,
-        EventType::OrderCancelled,
-        Aggregate::Order(id),
-        seq,
+    let event = OrderEvent {
+        order_id: id,
+        event_type: EventType::OrderCancelled,
+        sequence: seq,
         version,
-        json!({"released": released}),
-    )
-    .await?;
+        facts: json!({"released": released}),
+    };
+    announce_in_tx(conn, t, author(caller, key), event, None, &sku_events).await?;
     Done::ok(load(conn, t, id).await?)
 }

@@ -140,6 +140,8 @@ pub fn router(state: AppState) -> Router {
             "/orders/{id}",
             get(orders::get_one).patch(mutations::patch_order),
         )
+        // API.md v1.1: the order's history (a read, any role).
+        .route("/orders/{id}/history", get(orders::history))
         .route("/orders/{id}/lines", post(mutations::add_line))
         .route(
             "/orders/{id}/lines/{line_id}",

@@ -1,9 +1,10 @@
-//! Order reads: `GET /v1/orders` and `GET /v1/orders/{id}`.
+//! Order reads: `GET /v1/orders`, `GET /v1/orders/{id}` and the order's
+//! history, `GET /v1/orders/{id}/history`.
 
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_protocol::model::{Order, OrderStatus, OrdersPage};
+use holdfast_protocol::model::{Order, OrderHistory, OrderStatus, OrdersPage};
 use holdfast_protocol::problem::Problem;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -66,4 +67,24 @@ pub(crate) async fn get_one(
     let order = crate::db::orders::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     order.map(Json).ok_or_else(|| Error::not_found("order"))
+}
+
+/// The order's history (API.md v1.1): one entry per version, oldest first.
+///
+/// Who made each change, the key of the request that made it, and what
+/// became of the partner events it produced. Any role of the tenant may read
+/// it; another tenant's order answers 404, as `GET /v1/orders/{id}` does.
+#[utoipa::path(get, path = "/v1/orders/{id}/history", security(("bearer" = [])), params(("id" = Uuid, Path)),
+    responses((status = 200, body = OrderHistory, description = "one entry per version of the order, oldest first"),
+              (status = 404, body = Problem, description = "`not_found`: no such order in your tenant"),
+              (status = 401, body = Problem)))]
+pub(crate) async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<OrderHistory>> {
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let history = crate::db::order_history::load(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    history.map(Json).ok_or_else(|| Error::not_found("order"))
 }

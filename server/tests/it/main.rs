@@ -16,6 +16,7 @@ mod admin_page_catalog;
 mod admin_page_customers;
 mod admin_page_users;
 mod embedded_postgres;
+mod history;
 mod hostile;
 mod hostile_input;
 mod ledger_audit;

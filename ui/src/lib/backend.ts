@@ -37,6 +37,9 @@
  * | `release`           | `orderId, lineId, qty`                                             | `string` (key)               | `release` |
  * | `confirm_order`     | `orderId`                                                          | `string` (key)               | `confirm` |
  * | `cancel_order`      | `orderId`                                                          | `string` (key)               | `cancel` |
+ * | `reorder_order`     | `orderId`                                                          | `Reorder` (new draft id, skipped lines) | `reorder` |
+ * | `get_invoice`       | `invoiceId`                                                        | `Invoice \| null`           | `invoice` |
+ * | `get_order_history` | `orderId`                                                          | `OrderHistory`               | `order_history` (online only) |
  * | `search_skus`       | `q, limit, customerId: string\|null`                               | `SkuView[]` (`customer_price` for that customer) | `skus_for` |
  * | `get_skus`          | `skuIds: string[]`                                                 | `SkuView[]` (unknown ids left out) | `sku` per id |
  * | `list_customers`    | —                                                                  | `Customer[]`                 | `customers` |
@@ -75,12 +78,18 @@ import type { Choice } from './generated/Choice';
 import type { ConflictView } from './generated/ConflictView';
 import type { Customer } from './generated/Customer';
 import type { FieldDiff } from './generated/FieldDiff';
+import type { HistoryDelivery } from './generated/HistoryDelivery';
+import type { HistoryDeliveryState } from './generated/HistoryDeliveryState';
+import type { HistoryEntry } from './generated/HistoryEntry';
+import type { Invoice } from './generated/Invoice';
+import type { InvoiceStatus } from './generated/InvoiceStatus';
 import type { Line } from './generated/Line';
 import type { LinePrice } from './generated/LinePrice';
 import type { NewOrder } from './generated/NewOrder';
 import type { Order } from './generated/Order';
 import type { OrderHead } from './generated/OrderHead';
 import type { OrderHeaderSet } from './generated/OrderHeaderSet';
+import type { OrderHistory } from './generated/OrderHistory';
 import type { OrderStatus } from './generated/OrderStatus';
 import type { OrderSummary } from './generated/OrderSummary';
 import type { OrderView } from './generated/OrderView';
@@ -90,6 +99,7 @@ import type { ProblemCode } from './generated/ProblemCode';
 import type { Profile } from './generated/Profile';
 import type { RejectionChoice } from './generated/RejectionChoice';
 import type { RejectionView } from './generated/RejectionView';
+import type { Reorder } from './generated/Reorder';
 import type { Resolution } from './generated/Resolution';
 import type { SignedOut } from './generated/SignedOut';
 import type { Sku } from './generated/Sku';
@@ -104,6 +114,11 @@ export type {
   ConflictView,
   Customer,
   FieldDiff,
+  HistoryDelivery,
+  HistoryDeliveryState,
+  HistoryEntry,
+  Invoice,
+  InvoiceStatus,
   JsonValue,
   Line,
   LinePrice,
@@ -111,6 +126,7 @@ export type {
   Order,
   OrderHead,
   OrderHeaderSet,
+  OrderHistory,
   OrderStatus,
   OrderSummary,
   OrderView,
@@ -120,6 +136,7 @@ export type {
   Profile,
   RejectionChoice,
   RejectionView,
+  Reorder,
   Resolution,
   SignedOut,
   Sku,
@@ -212,6 +229,12 @@ export interface Backend {
   release(orderId: Uuid, lineId: Uuid, qty: number): Promise<string>;
   confirmOrder(orderId: Uuid): Promise<string>;
   cancelOrder(orderId: Uuid): Promise<string>;
+  /** Copies the order into a new draft (same customer and lines, today's prices); discontinued SKUs are left out and named. */
+  reorderOrder(orderId: Uuid): Promise<Reorder>;
+  /** A confirmed order's invoice as last pulled (null: not on this desk yet). */
+  getInvoice(invoiceId: Uuid): Promise<Invoice | null>;
+  /** The order's history from the server: rejects with kind `offline` when it cannot be reached. */
+  getOrderHistory(orderId: Uuid): Promise<OrderHistory>;
 
   /** Matches code, style, colour and size; with a customer, each SKU carries what they would pay (`customer_price`). */
   searchSkus(q: string, limit: number, customerId?: Uuid | null): Promise<SkuView[]>;
@@ -256,6 +279,9 @@ export const COMMANDS = {
   release: 'release',
   confirmOrder: 'confirm_order',
   cancelOrder: 'cancel_order',
+  reorderOrder: 'reorder_order',
+  getInvoice: 'get_invoice',
+  getOrderHistory: 'get_order_history',
   searchSkus: 'search_skus',
   getSkus: 'get_skus',
   listCustomers: 'list_customers',
@@ -306,6 +332,9 @@ export function createTauriBackend(
     release: (orderId, lineId, qty) => call(C.release, { orderId, lineId, qty }),
     confirmOrder: (orderId) => call(C.confirmOrder, { orderId }),
     cancelOrder: (orderId) => call(C.cancelOrder, { orderId }),
+    reorderOrder: (orderId) => call(C.reorderOrder, { orderId }),
+    getInvoice: (invoiceId) => call(C.getInvoice, { invoiceId }),
+    getOrderHistory: (orderId) => call(C.getOrderHistory, { orderId }),
     searchSkus: (q, limit, customerId = null) => call(C.searchSkus, { q, limit, customerId }),
     getSkus: (skuIds) => call(C.getSkus, { skuIds }),
     listCustomers: () => call(C.listCustomers),

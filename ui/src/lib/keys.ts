@@ -66,6 +66,8 @@ export const SHORTCUTS: Shortcut[] = [
   { id: 'line.save', area: 'Lines', keys: ['Enter'], does: 'In a quantity: save the new quantity' },
   { id: 'line.allocate', area: 'Lines', keys: ['Alt+Shift+A'], does: 'In a quantity: allocate this line’s open quantity' },
   { id: 'line.remove', area: 'Lines', keys: ['Alt+Delete'], does: 'In a quantity: remove this line' },
+  { id: 'line.units.allocate', area: 'Lines', keys: ['Enter'], does: 'In a line’s units: allocate that many (empty: the open quantity)' },
+  { id: 'line.units.release', area: 'Lines', keys: ['Shift+Enter'], does: 'In a line’s units: release that many (empty: all it holds)' },
 
   { id: 'conflict.rebase', area: 'Conflict view', keys: ['Alt+B'], does: 'Rebase & save (only when no field needs a choice)' },
   { id: 'conflict.mine', area: 'Conflict view', keys: ['m'], does: 'On a field’s choice: take yours' },

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{allocate_path, order_with_line, position};
-use crate::support::audit::assert_ledgers_match_positions;
+use crate::support::audit::{assert_ledgers_match_positions, assert_one_history_entry_per_version};
 use crate::support::{assert_problem, kestrel_m, key, TestServer, MIGRATIONS};
 
 #[sqlx::test(migrator = "MIGRATIONS")]
@@ -121,6 +121,7 @@ async fn thirty_two_allocators_never_oversell(db: PgPool) {
     let (on_hand, on_order, allocated) = position(&db, sku).await;
     assert_eq!(allocated, on_hand + on_order);
     assert_ledgers_match_positions(&db).await;
+    assert_one_history_entry_per_version(&db).await;
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]

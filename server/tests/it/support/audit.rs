@@ -32,3 +32,31 @@ pub async fn assert_ledgers_match_positions<'a>(db: impl Acquire<'a, Database = 
         oversold.join("\n")
     );
 }
+
+/// Fails the test, naming each order, unless every order's history (API.md
+/// v1.1) holds exactly one entry per version, 1 to its current version: a
+/// change committed without its entry, or an entry without its change.
+pub async fn assert_one_history_entry_per_version<'a>(db: impl Acquire<'a, Database = Postgres>) {
+    let mut conn = db.acquire().await.expect("audit connection");
+    // The primary key makes versions unique per order, so count, min and max
+    // together say "exactly 1..=version".
+    let wrong: Vec<String> = sqlx::query_scalar(
+        "select format('order %s (tenant %s): version %s, %s entries from %s to %s',
+                       o.id, o.tenant_id, o.version, count(h.version), min(h.version),
+                       max(h.version))
+           from orders o
+           left join order_history h on h.tenant_id = o.tenant_id and h.order_id = o.id
+          group by o.tenant_id, o.id, o.version
+         having count(h.version) <> o.version or min(h.version) <> 1
+             or max(h.version) <> o.version
+          order by o.tenant_id, o.id",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("history audit");
+    assert!(
+        wrong.is_empty(),
+        "orders whose history is not one entry per version:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
-use super::audit::assert_ledgers_match_positions;
+use super::audit::{assert_ledgers_match_positions, assert_one_history_entry_per_version};
 use super::http::{assert_unavailable, login, send, Answer};
 
 /// Desks hammering the server while Postgres goes away.
@@ -290,7 +290,8 @@ impl Load {
     }
 }
 
-/// Every acknowledged act applied exactly once, and ledger = positions.
+/// Every acknowledged act applied exactly once, ledger = positions, and one
+/// history entry per order version.
 pub async fn check_invariants(db: &mut PgConnection, tally: &Tally) {
     for (order, version) in &tally.orders {
         let stored: i64 = sqlx::query_scalar("select version from orders where id = $1")
@@ -310,4 +311,5 @@ pub async fn check_invariants(db: &mut PgConnection, tally: &Tally) {
         assert_eq!(rows, 1, "allocation {key}: one ledger row");
     }
     assert_ledgers_match_positions(&mut *db).await;
+    assert_one_history_entry_per_version(&mut *db).await;
 }

@@ -21,7 +21,9 @@ import type {
   Customer,
   EventName,
   EventPayloads,
+  Invoice,
   NewOrder,
+  OrderHistory,
   Order,
   OrderHeaderSet,
   OrderSummary,
@@ -30,6 +32,7 @@ import type {
   Profile,
   RejectionChoice,
   RejectionView,
+  Reorder,
   Resolution,
   SignInArgs,
   SignedOut,
@@ -369,6 +372,37 @@ export class MockBackend implements Backend {
 
   async cancelOrder(orderId: Uuid): Promise<string> {
     return this.desk.cancelOrder(orderId);
+  }
+
+  /** What the server would say of an order's history (tests put it; an order the server has with none put: no entries). */
+  readonly histories = new Map<Uuid, OrderHistory>();
+
+  async getOrderHistory(orderId: Uuid): Promise<OrderHistory> {
+    this.log('getOrderHistory', [orderId]);
+    if (!this.network) throw err('offline', "the order's history is kept on the server, which cannot be reached now (mock network is down)");
+    const h = this.histories.get(orderId);
+    if (h) return clone(h);
+    if (!this.server.orders.has(orderId)) throw err('not_found', 'the server has no such order yet');
+    return { entries: [] };
+  }
+
+  async getInvoice(invoiceId: Uuid): Promise<Invoice | null> {
+    return clone(this.server.invoices.get(invoiceId) ?? null);
+  }
+
+  /** As the engine's reorder: a new draft for the same customer with the active lines. */
+  async reorderOrder(orderId: Uuid): Promise<Reorder> {
+    this.log('reorderOrder', [orderId]);
+    const source = this.desk.entries.get(orderId)?.order;
+    if (!source) throw err('not_found', `no order ${orderId} on this desk`);
+    const id = this.desk.newOrder({ customer_id: source.customer_id, customer_po: null, ship_window_start: null, ship_window_end: null, notes: null });
+    const skipped: string[] = [];
+    for (const l of source.lines) {
+      const s = this.server.skus.get(l.sku_id);
+      if (s && !s.active) skipped.push(`${s.style} · ${s.color} · ${s.size}`);
+      else this.desk.addLine(id, l.sku_id, l.qty_ordered);
+    }
+    return { order_id: id, skipped };
   }
 
   // ------------------------------------------------------------ conflicts and rejections (fixtures)

@@ -135,11 +135,9 @@ export class Desk {
     };
   }
 
-  private skuName(id: Uuid): string {
-    const s = this.server.skus.get(id);
-    return s ? `${s.style} ${s.color} ${s.size}` : `SKU ${short(id)}`;
-  }
-
+  // Descriptions are the engine's (protocol `Mutation::describe`), word for
+  // word: the UI reads them back (src/lib/describe.ts), so the mock must
+  // hand it the same lines the desktop app does.
   private describeRefused(a: RefusedAct): string {
     if (a.kind === 'change_line') return `set line ${short(a.line_id)} quantity to ${a.qty}`;
     return `${a.kind} ${a.qty} on line ${short(a.line_id)}`;
@@ -191,13 +189,15 @@ export class Desk {
       created_at: nowIso,
     };
     this.entries.set(id, { order, server: null, pending: [], fields: [] });
-    this.act(id, null, 'create_order', `new order${header.customer_po ? `, PO ${header.customer_po}` : ''}`, [], () => {});
+    this.act(id, null, 'create_order', `new order for customer ${short(header.customer_id)}${header.customer_po ? `, PO ${header.customer_po}` : ''}`, [], () => {});
     return id;
   }
 
   editOrder(orderId: Uuid, set: OrderHeaderSet): string {
-    const text = Object.entries(set)
-      .map(([k, v]) => `${k} = ${v ?? '(none)'}`)
+    const order = ['customer_id', 'customer_po', 'ship_window_start', 'ship_window_end', 'notes'] as const;
+    const text = order
+      .filter((k) => k in set)
+      .map((k) => `${k} = ${set[k] ?? '(none)'}`)
       .join(', ');
     return this.act(orderId, ['editOrder', [orderId, set]], 'edit_order', `edit ${text}`, Object.keys(set), (o) => Object.assign(o, clone(set)));
   }
@@ -212,7 +212,7 @@ export class Desk {
     const e = this.entry(orderId);
     const price = this.server.priceFor(e.order.customer_id, skuId);
     if (price !== null) e.expected = { ...e.expected, [lineId]: price };
-    this.act(orderId, ['addLine', [orderId, skuId, qtyOrdered]], 'add_line', `add ${this.skuName(skuId)} × ${qtyOrdered}`, [`line:${lineId}`], (o) =>
+    this.act(orderId, ['addLine', [orderId, skuId, qtyOrdered]], 'add_line', `add line ${short(lineId)} of SKU ${short(skuId)} × ${qtyOrdered}`, [`line:${lineId}`], (o) =>
       o.lines.push({ id: lineId, sku_id: skuId, qty_ordered: qtyOrdered, qty_allocated: 0, unit_price: price ?? 0 }),
     );
     return lineId;

@@ -4,7 +4,7 @@
  * what other desks do there. It knows nothing of this desk; the backend tells
  * this desk what changed.
  */
-import type { Customer, NewOrder, Order, Sku, Uuid } from '../backend';
+import type { Customer, Invoice, NewOrder, Order, Sku, Uuid } from '../backend';
 import { DEMO_PASSWORD, clone, demoCustomers, demoSkus, uuid } from '../fixtures';
 
 export interface User {
@@ -35,6 +35,8 @@ export class PretendServer {
   readonly orders = new Map<Uuid, Order>();
   readonly skus = new Map<Uuid, Sku>();
   customers: Customer[] = [];
+  /** Invoices by id: confirming an order invoices its total, as the server does. */
+  readonly invoices = new Map<Uuid, Invoice>();
   /** Price lists: list id → SKU id → price (cents). */
   readonly priceLists = new Map<Uuid, Map<Uuid, number>>();
 
@@ -108,8 +110,23 @@ export class PretendServer {
       l.unit_price = known ? known.unit_price : (this.priceFor(stored.customer_id, l.sku_id) ?? 0);
     }
     stored.total = orderTotal(stored);
+    if (stored.status === 'confirmed' && !stored.invoice_id) this.invoice(stored);
     this.orders.set(orderId, stored);
     return clone(stored);
+  }
+
+  /** Invoices a confirmed order's total. */
+  invoice(o: Order): Invoice {
+    const inv: Invoice = { id: uuid(), order_id: o.id, amount: o.total, status: 'awaiting_payment', paid_at: null };
+    this.invoices.set(inv.id, inv);
+    o.invoice_id = inv.id;
+    return inv;
+  }
+
+  /** The payment provider says the invoice is paid. */
+  pay(invoiceId: Uuid): void {
+    const inv = this.invoices.get(invoiceId);
+    if (inv) Object.assign(inv, { status: 'paid', paid_at: new Date(this.now()).toISOString() });
   }
 
   takeStock(skuId: Uuid, qty: number): void {

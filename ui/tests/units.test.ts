@@ -1,0 +1,145 @@
+// Any quantity: allocate or release N units of a line from the keyboard, with
+// the bounds said in words before anything is queued; and notices that give
+// way to what came after them.
+import { screen, waitFor, within } from '@testing-library/svelte';
+import { describe, expect, test } from 'vitest';
+import OrderEditor from '../src/components/OrderEditor.svelte';
+import { insufficientAts } from '../src/lib/fixtures';
+import type { MockBackend } from '../src/lib/mock';
+import { customer, focused, mockBackend, renderScreen, sku, waitFocus } from './helpers';
+
+const NAME = 'Wren Tee · Black · M (WT-B-M)';
+const row = () => document.querySelector('table.lines tr[data-sku$="· M"]') as HTMLElement;
+const units = () => within(row()).getByTestId('units') as HTMLInputElement;
+const calls = (m: MockBackend, name: string) => m.calls.filter((c) => c.name === name).map((c) => c.args[2]);
+const errorText = () => screen.queryByTestId('editor-error')?.textContent ?? null;
+const noticeText = () => screen.queryByTestId('editor-notice')?.textContent ?? null;
+
+async function openLine(ordered = 10, allocated = 0) {
+  const m = mockBackend();
+  const o = m.remoteCreateOrder(
+    { customer_id: customer(m, 'Tokyo Distributor').id, customer_po: 'T-1', ship_window_start: null, ship_window_end: null, notes: null },
+    [[sku(m, 'Wren Tee', 'Black', 'M').id, ordered, allocated]],
+  );
+  const r = renderScreen(OrderEditor, { orderId: o.id, onback: () => {}, onconflict: () => {} }, m);
+  await screen.findByLabelText(/Quantity ordered, Wren Tee · Black · M/);
+  await waitFocus(screen.getByRole('combobox', { name: /Find SKU/ }));
+  return { m, o, ...r };
+}
+
+describe('allocate or release any quantity', () => {
+  test('from the keyboard: Alt+L, Tab to the units, type 4, Enter allocates 4; Shift+Enter releases', async () => {
+    const { m, user } = await openLine(10, 0);
+    await user.keyboard('{Alt>}l{/Alt}');
+    await user.tab();
+    expect(focused()).toBe(units());
+    expect(units().placeholder).toBe('10');
+    expect(within(row()).getByRole('button', { name: `Allocate 10 of Wren Tee · Black · M` })).toBeTruthy();
+
+    await user.keyboard('4');
+    expect(within(row()).getByRole('button', { name: /^Allocate 4 of/ })).toBeTruthy();
+    await user.keyboard('{Enter}');
+    await waitFor(() => expect(calls(m, 'allocate')).toEqual([4]));
+    await waitFor(() => expect(within(row()).getByTestId('allocated').textContent).toBe('4'));
+    expect(noticeText()).toBe(`Allocation of 4 of ${NAME} queued.`);
+    expect(units().value).toBe('');
+    expect(units().placeholder).toBe('6');
+    // The focus stays in the field for the next figure.
+    expect(focused()).toBe(units());
+
+    await user.keyboard('3{Shift>}{Enter}{/Shift}');
+    await waitFor(() => expect(calls(m, 'release')).toEqual([3]));
+    await waitFor(() => expect(within(row()).getByTestId('allocated').textContent).toBe('1'));
+    expect(noticeText()).toBe(`Release of 3 of ${NAME} queued.`);
+  });
+
+  test('an empty field allocates the open quantity, and releases everything allocated', async () => {
+    const { m, user } = await openLine(10, 4);
+    units().focus();
+    await user.keyboard('{Enter}');
+    await waitFor(() => expect(calls(m, 'allocate')).toEqual([6]));
+    await waitFor(() => expect(within(row()).getByTestId('allocated').textContent).toBe('10'));
+    await user.keyboard('{Shift>}{Enter}{/Shift}');
+    await waitFor(() => expect(calls(m, 'release')).toEqual([10]));
+  });
+
+  test('the buttons take the units typed', async () => {
+    const { m, user } = await openLine(10, 6);
+    units().focus();
+    await user.keyboard('2');
+    await user.click(within(row()).getByRole('button', { name: /^Release 2 of/ }));
+    await waitFor(() => expect(calls(m, 'release')).toEqual([2]));
+    units().focus();
+    await user.keyboard('5');
+    await user.click(within(row()).getByRole('button', { name: /^Allocate 5 of/ }));
+    await waitFor(() => expect(calls(m, 'allocate')).toEqual([5]));
+  });
+
+  test('bounds are said in words and nothing is queued', async () => {
+    const { m, user } = await openLine(10, 4);
+    units().focus();
+    await user.keyboard('7{Enter}');
+    expect(errorText()).toBe(`Only 6 of ${NAME} are open to allocate (10 ordered, 4 allocated): allocate 6 or fewer.`);
+    await user.clear(units());
+    await user.keyboard('0{Enter}');
+    expect(errorText()).toBe('Units to allocate must be a whole number from 1 to 6.');
+    await user.clear(units());
+    await user.keyboard('2.5{Enter}');
+    expect(errorText()).toBe('Units to allocate must be a whole number from 1 to 6.');
+    await user.clear(units());
+    await user.keyboard('5{Shift>}{Enter}{/Shift}');
+    expect(errorText()).toBe(`Only 4 of ${NAME} are allocated: release 4 or fewer.`);
+    await user.clear(units());
+    await user.keyboard('x{Shift>}{Enter}{/Shift}');
+    expect(errorText()).toBe('Units to release must be a whole number from 1 to 4.');
+    expect(calls(m, 'allocate')).toEqual([]);
+    expect(calls(m, 'release')).toEqual([]);
+    // What was typed stays, to be corrected.
+    expect(units().value).toBe('x');
+  });
+
+  test('a line with nothing allocated says so when asked to release', async () => {
+    const { m, user } = await openLine(10, 0);
+    units().focus();
+    await user.keyboard('2{Shift>}{Enter}{/Shift}');
+    expect(errorText()).toBe(`Nothing of ${NAME} is allocated, so there is nothing to release.`);
+    expect(calls(m, 'release')).toEqual([]);
+  });
+});
+
+describe('notices give way', () => {
+  test('to another act, to an error, and to a refusal', async () => {
+    const { m, o, user, live } = await openLine(10, 0);
+    units().focus();
+    await user.keyboard('6{Enter}');
+    await waitFor(() => expect(noticeText()).toBe(`Allocation of 6 of ${NAME} queued.`));
+
+    // Another act: the PO edit says nothing of its own, and the old notice goes.
+    const po = screen.getByLabelText('Customer PO');
+    po.focus();
+    await user.clear(po);
+    await user.keyboard('T-2{Enter}');
+    await waitFor(() => expect(m.calls.filter((c) => c.name === 'editOrder')).toHaveLength(1));
+    await waitFor(() => expect(noticeText()).toBeNull());
+
+    // An error replaces a notice.
+    units().focus();
+    await user.keyboard('1{Enter}');
+    await waitFor(() => expect(noticeText()).toBe(`Allocation of 1 of ${NAME} queued.`));
+    await user.keyboard('9{Enter}');
+    expect(errorText()).toMatch(/^Only 3 of/);
+    expect(noticeText()).toBeNull();
+
+    // And a notice replaces the error.
+    await user.clear(units());
+    await user.keyboard('{Enter}');
+    await waitFor(() => expect(noticeText()).toBe(`Allocation of 3 of ${NAME} queued.`));
+    expect(errorText()).toBeNull();
+
+    // A refusal arriving supersedes the notice that the act was queued.
+    m.putRejection(o.id, { kind: 'allocate', line_id: o.lines[0].id, qty: 3 }, insufficientAts({ skuId: o.lines[0].sku_id, requested: 3, atsNow: 0 }));
+    live.tick += 1;
+    await screen.findByRole('heading', { name: 'Not enough stock to allocate' });
+    await waitFor(() => expect(noticeText()).toBeNull());
+  });
+});
