@@ -41,6 +41,9 @@ describe('Tauri backend contract', () => {
     await b.release(o, l, 1);
     await b.confirmOrder(o);
     await b.cancelOrder(o);
+    await b.reorderOrder(o);
+    await b.getInvoice('inv-1');
+    await b.getOrderHistory(o);
     await b.searchSkus('kestrel', 50);
     await b.searchSkus('ko-wi', 10, 'cust-1');
     await b.getSkus(['a', 'b']);
@@ -70,6 +73,9 @@ describe('Tauri backend contract', () => {
       ['release', { orderId: o, lineId: l, qty: 1 }],
       ['confirm_order', { orderId: o }],
       ['cancel_order', { orderId: o }],
+      ['reorder_order', { orderId: o }],
+      ['get_invoice', { invoiceId: 'inv-1' }],
+      ['get_order_history', { orderId: o }],
       ['search_skus', { q: 'kestrel', limit: 50, customerId: null }],
       ['search_skus', { q: 'ko-wi', limit: 10, customerId: 'cust-1' }],
       ['get_skus', { skuIds: ['a', 'b'] }],

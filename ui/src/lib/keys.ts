@@ -51,6 +51,9 @@ export const SHORTCUTS: Shortcut[] = [
   { id: 'editor.confirm', area: 'Order editor', keys: ['Alt+O'], does: 'Confirm the order' },
   { id: 'editor.cancel', area: 'Order editor', keys: ['Alt+X'], does: 'Cancel the order (asks first)' },
   { id: 'editor.conflict', area: 'Order editor', keys: ['Alt+V'], does: 'Resolve this order’s conflict' },
+  { id: 'editor.document', area: 'Order editor', keys: ['Alt+K'], does: 'The order confirmation, to print or save as PDF' },
+  { id: 'editor.reorder', area: 'Order editor', keys: ['Alt+E'], does: 'Reorder: copy this order into a new draft' },
+  { id: 'editor.history', area: 'Order editor', keys: ['Alt+H'], does: 'Show or hide the order’s history' },
   { id: 'editor.back', area: 'Order editor', keys: ['Escape'], does: 'Back to the desk (a new order with a customer is kept)' },
 
   { id: 'picker.move', area: 'Customer picker', keys: ['ArrowDown', 'ArrowUp'], does: 'Move through matching customers' },

@@ -16,4 +16,9 @@ pending_count: number, line_count: number,
 /**
  * Units ordered over all lines.
  */
-units: number, };
+units: number, 
+/**
+ * An act of this order has waited 15 minutes or more while the desk
+ * was online (see `engine::views::STUCK_AFTER`).
+ */
+stuck: boolean, };

@@ -15,4 +15,9 @@ online: boolean | null, pending: number, oldest_pending_at: string | null, oldes
  * Not signed in, after an earlier sign-in: who was, for the sign-in
  * form, and why the server ended it if it did.
  */
-signed_out: SignedOut | null, };
+signed_out: SignedOut | null, 
+/**
+ * Acts pending for [`STUCK_AFTER`] or more while the desk was online:
+ * the network is not the reason they have not landed.
+ */
+stuck: number, };

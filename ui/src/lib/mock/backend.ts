@@ -46,7 +46,7 @@ import { Desk, err, type RefusedAct } from './desk';
 import { Events } from './events';
 import { seedDemo } from './seed';
 import { PretendServer, type Author, type User } from './server';
-import { getSkus, orderSummary, orderView, searchSkus, syncStatus, type Connection } from './views';
+import { getSkus, orderSummary, orderView, searchSkus, stuckCutoff, syncStatus, type Connection } from './views';
 
 export interface MockOptions {
   /** The clock (ms). Tests pass a fake one. */
@@ -310,7 +310,8 @@ export class MockBackend implements Backend {
   }
 
   async listOrderSummaries(): Promise<OrderSummary[]> {
-    return (await this.listOrders()).map(orderSummary);
+    const cutoff = stuckCutoff(this.state, this.now());
+    return (await this.listOrders()).map((v) => orderSummary(v, cutoff));
   }
 
   async getOrder(orderId: Uuid): Promise<OrderView | null> {

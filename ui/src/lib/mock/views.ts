@@ -37,13 +37,22 @@ export function orderView(e: Entry): OrderView {
   };
 }
 
-export function orderSummary({ order: { lines, ...order }, badge, pending }: OrderView): OrderSummary {
+/** The engine's rule (client/src/engine/views.rs): acts pending this long while online are stuck. */
+export const STUCK_AFTER_MS = 15 * 60 * 1000;
+
+/** Acts queued at or before the cutoff are stuck (the mock counts the desk online since before them). */
+export function stuckCutoff(state: Connection, now: number): number | null {
+  return state.online === true ? now - STUCK_AFTER_MS : null;
+}
+
+export function orderSummary({ order: { lines, ...order }, badge, pending }: OrderView, cutoff: number | null = null): OrderSummary {
   return {
     order,
     badge,
     pending_count: pending.length,
     line_count: lines.length,
     units: lines.reduce((n, l) => n + l.qty_ordered, 0),
+    stuck: cutoff !== null && pending.some((m) => m.created_at <= cutoff),
   };
 }
 
@@ -90,6 +99,7 @@ export function syncStatus(desk: Desk, profile: Profile | null, state: Connectio
   const marks = desk.marks();
   const oldest = marks.length ? Math.min(...marks.map(([, m]) => m.created_at)) : null;
   const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  const cutoff = stuckCutoff(state, now());
   return {
     store: 'memory (mock)',
     signed_in: clone(profile),
@@ -104,5 +114,6 @@ export function syncStatus(desk: Desk, profile: Profile | null, state: Connectio
     next_attempt_at: null,
     last_error: state.lastError,
     signed_out: profile ? null : clone(signedOut),
+    stuck: cutoff === null ? 0 : marks.filter(([, m]) => m.created_at <= cutoff).length,
   };
 }
