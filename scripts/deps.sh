@@ -13,7 +13,12 @@ have_postgres || missing+=(postgresql)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 # The desktop app (src-tauri) and its headless end-to-end tests (e2e/).
 # xauth is only a Recommends of xvfb, and we install without those.
-for pkg in libwebkit2gtk-4.1-dev xvfb xauth webkit2gtk-driver; do
+# The keychain tests (scripts/with-keyring.sh): a private session bus from
+# dbus-run-session (Debian's dbus-daemon package; it pulls dbus-bin, whose
+# dbus-send checks the bus) and gnome-keyring as its Secret Service;
+# secret-tool (libsecret-tools) lets the e2e look into the keyring.
+for pkg in libwebkit2gtk-4.1-dev xvfb xauth webkit2gtk-driver \
+    dbus-daemon gnome-keyring libsecret-tools; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)

@@ -2,6 +2,8 @@
 # End-to-end tests of the built desktop app: tauri-driver (installed once into
 # a cache outside the clone) with Debian's WebKitWebDriver, inside xvfb-run,
 # against a real holdfast-server that the tests start and stop themselves.
+# All of it on a private D-Bus session with an unlocked gnome-keyring
+# (scripts/with-keyring.sh): the app keeps its token in the keychain.
 # Expects the workspace build (holdfast-server, holdfast, holdfast-desktop).
 # Screenshots land in target/e2e-artifacts/.
 set -euo pipefail
@@ -26,5 +28,5 @@ export TAURI_DRIVER="$cache/bin/tauri-driver"
 # DATABASE_URL the unit tests used.
 unset DATABASE_URL
 cd e2e
-CARGO_TARGET_DIR="$target/e2e-build" xvfb-run -a \
+CARGO_TARGET_DIR="$target/e2e-build" ../scripts/with-keyring.sh xvfb-run -a \
     cargo test --locked -- --ignored --nocapture --test-threads 1

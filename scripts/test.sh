@@ -39,6 +39,20 @@ fi
 echo "== tests"
 cargo test --locked --workspace
 
+# The keychain for real: the tests named *keychain* again, now on a private
+# D-Bus session with an unlocked gnome-keyring (scripts/with-keyring.sh sets
+# HOLDFAST_TEST_SECRET_SERVICE, so they run, and fail if the keyring fails).
+# Each prints `keychain-ran: ...` when it got through; count them.
+echo "== keychain (Secret Service: gnome-keyring under dbus-run-session)"
+keychain_out=$(scripts/with-keyring.sh cargo test --locked -p holdfast-client -p holdfast-desktop \
+    keychain -- --nocapture 2>&1 | tee /dev/stderr)
+ran=$(grep -o 'keychain-ran: ' <<<"$keychain_out" | wc -l)
+if [ "$ran" -ne 3 ]; then
+    echo "keychain: expected 3 Secret Service tests to run (client, CLI, desktop), $ran did" >&2
+    exit 1
+fi
+echo "keychain: Secret Service round trip ran (gnome-keyring under dbus-run-session): KeyringTokens, the holdfast CLI's login/logout, the desktop's token_store()"
+
 # Hostile input: schemathesis against the server's own /openapi.json (issue 8).
 echo "== schemathesis"
 scripts/schemathesis.sh

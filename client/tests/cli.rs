@@ -263,3 +263,148 @@ async fn kill_9_mid_sync_loses_and_doubles_nothing(db: PgPool) {
         .check_local_equals_server(&desk, &server, &token)
         .await;
 }
+
+/// The CLI without `--token-file`: the device token goes to the OS keychain
+/// (the Secret Service), a later command signs its requests with it, and
+/// `logout` takes it out again. `make test` runs this under
+/// scripts/with-keyring.sh, which sets HOLDFAST_TEST_SECRET_SERVICE; a plain
+/// `cargo test` skips it.
+#[sqlx::test(migrations = "../migrations")]
+async fn cli_keeps_its_token_in_the_keychain(db: PgPool) {
+    use holdfast_client::token::{KeyringTokens, TokenStore};
+    if std::env::var_os("HOLDFAST_TEST_SECRET_SERVICE").is_none() {
+        eprintln!(
+            "cli_keeps_its_token_in_the_keychain skipped: needs a Secret Service; \
+             scripts/with-keyring.sh cargo test -p holdfast-client keychain"
+        );
+        return;
+    }
+    let server = Server::start(db).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("desk.db");
+    let holdfast = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast"));
+        cmd.arg("--store")
+            .arg(&store)
+            .args(args)
+            .env_remove("HOLDFAST_STORE")
+            .env_remove("HOLDFAST_TOKEN_FILE")
+            .env("HOLDFAST_PASSWORD", holdfast_server::demo::DEMO_PASSWORD)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    };
+    let run = |args: &'static [&'static str]| {
+        let mut cmd = holdfast(args);
+        async move {
+            let out = tokio::time::timeout(DEADLINE, cmd.output())
+                .await
+                .expect("holdfast finished")
+                .expect("spawn holdfast");
+            assert!(
+                out.status.success(),
+                "holdfast {args:?}: {}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout: Value = serde_json::from_slice(&out.stdout).expect("JSON output");
+            (stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+
+    let url = server.url();
+    let out = tokio::time::timeout(
+        DEADLINE,
+        holdfast(&[
+            "--json",
+            "login",
+            "--server",
+            &url,
+            "--tenant",
+            "acme",
+            "--email",
+            "dana@acme.test",
+        ])
+        .output(),
+    )
+    .await
+    .expect("login finished")
+    .expect("spawn login");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "login: {stderr}");
+    assert!(!stderr.contains("opt-in fallback"), "no file: {stderr}");
+    let logged: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(logged["token_store"], "OS keychain");
+
+    // The token is in the keyring under the store's id, and it is the live
+    // device token: the server takes it.
+    let store_id: String = rusqlite::Connection::open(&store)
+        .expect("open the store")
+        .query_row("select store_id from sync_state where id = 1", [], |r| {
+            r.get(0)
+        })
+        .expect("store id");
+    let token = KeyringTokens
+        .load(&store_id)
+        .expect("read the keyring")
+        .expect("the token is in the keyring");
+    let orders_url = format!("{url}/v1/orders?limit=1");
+    let status = reqwest::Client::new()
+        .get(&orders_url)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("get orders")
+        .status();
+    assert_eq!(status, 200, "the keychain's token works");
+
+    // A later process signs its requests with it.
+    let (created, _) = run(&[
+        "--json",
+        "order",
+        "new",
+        "--customer",
+        "Austin Boutique",
+        "--po",
+        "KEYCHAIN-1",
+    ])
+    .await;
+    assert_eq!(created["sync"]["ok"], true, "{created}");
+    let order: uuid::Uuid = created["order_id"]
+        .as_str()
+        .expect("id")
+        .parse()
+        .expect("uuid");
+    let reader = server.token("priya@acme.test").await;
+    assert_eq!(
+        server.order(&reader, order).await.customer_po.as_deref(),
+        Some("KEYCHAIN-1")
+    );
+    let (status, _) = run(&["--json", "status"]).await;
+    assert_eq!(status["token_store"], "OS keychain");
+    assert_eq!(status["pending"], 0);
+
+    // Logout revokes it and takes it out of the keyring.
+    let (out, _) = run(&["--json", "logout"]).await;
+    assert_eq!(out["revoked_on_server"], true);
+    assert_eq!(
+        KeyringTokens.load(&store_id).expect("read the keyring"),
+        None
+    );
+    let status = reqwest::Client::new()
+        .get(&orders_url)
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("get orders")
+        .status();
+    assert_eq!(status, 401, "revoked");
+    // No token file anywhere: only the store's own files.
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let name = entry.expect("entry").file_name();
+        let name = name.to_string_lossy();
+        assert!(name.starts_with("desk.db"), "unexpected file {name}");
+    }
+    eprintln!("keychain-ran: holdfast CLI login/order/logout with the token in the Secret Service");
+}

@@ -268,6 +268,16 @@ impl Driver {
         self.keys(&format!("{modifier}{key}{}", keys::NULL))
     }
 
+    /// Runs `js` as an async script: it ends by calling its last argument
+    /// (`arguments[arguments.length - 1]`) with the result.
+    pub fn script_async(&self, js: &str, args: Value) -> Result<Value> {
+        call(
+            "POST",
+            &format!("{}/execute/async", self.base),
+            Some(json!({"script": js, "args": args})),
+        )
+    }
+
     pub fn script(&self, js: &str, args: Value) -> Result<Value> {
         call(
             "POST",
@@ -344,6 +354,110 @@ pub fn start_tauri_driver(envs: &[(&str, &Path)]) -> Result<(Proc, String)> {
     Ok((Proc(child), url))
 }
 
+/// One process as /proc shows it.
+struct ProcInfo {
+    ppid: u32,
+    zombie: bool,
+}
+
+fn proc_info(pid: u32) -> Option<ProcInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(ProcInfo {
+        ppid,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+/// Whether `pid` is this test process or one of its descendants.
+fn ours(mut pid: u32) -> bool {
+    let me = std::process::id();
+    for _ in 0..64 {
+        if pid == me {
+            return true;
+        }
+        match proc_info(pid) {
+            Some(p) if p.ppid > 1 => pid = p.ppid,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The live processes of the binary `app` that were started with
+/// `HOLDFAST_DESKTOP_DATA_DIR=data_dir` and descend from this test process
+/// (tauri-driver → WebKitWebDriver → app): ours, never another run's.
+pub fn app_pids(app: &Path, data_dir: &Path) -> Vec<u32> {
+    let want_env = format!("HOLDFAST_DESKTOP_DATA_DIR={}", data_dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == app)
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want_env.as_bytes()))
+                && proc_info(*pid).is_some_and(|p| !p.zombie)
+                && ours(*pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// SIGKILL `pid` (no destructor, no flush, no goodbye) and wait until it is
+/// gone (or a zombie its parent has not reaped yet).
+pub fn kill_9(pid: u32) -> Result<()> {
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill -KILL {pid}: {e}"))?;
+    if !status.success() {
+        return Err(format!("kill -KILL {pid}: {status}"));
+    }
+    wait_for(
+        &format!("process {pid} to die"),
+        Duration::from_secs(20),
+        || proc_info(pid).is_none_or(|p| p.zombie).then_some(()),
+    )
+}
+
+/// The secrets the Secret Service holds for `attribute=value`, through
+/// `secret-tool search --all` (libsecret-tools); `None` if secret-tool is
+/// not installed.
+pub fn keyring_secrets(attribute: &str, value: &str) -> Result<Option<Vec<String>>> {
+    let out = match Command::new("secret-tool")
+        .args(["search", "--all", "--unlock", attribute, value])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("secret-tool: {e}")),
+    };
+    // It prints each item's secret on stdout (its attributes on stderr); an
+    // empty search succeeds with no output.
+    if !out.status.success() {
+        return Err(format!(
+            "secret-tool search: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("secret = "))
+            .map(str::to_owned)
+            .collect(),
+    ))
+}
+
 /// The server's HTTP API as an operator would call it (API.md), for the
 /// tests' own set-up and checks: not through any desk.
 pub struct Api {
@@ -412,6 +526,14 @@ impl Api {
             url: url.to_owned(),
             token: token.to_owned(),
         })
+    }
+
+    /// An API session with a token from elsewhere (a desk's).
+    pub fn with_token(url: &str, token: &str) -> Api {
+        Api {
+            url: url.to_owned(),
+            token: token.to_owned(),
+        }
     }
 
     pub fn get(&self, path: &str) -> Result<Value> {

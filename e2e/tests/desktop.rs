@@ -16,6 +16,10 @@ use holdfast_e2e::{
 };
 use serde_json::json;
 
+#[path = "desktop/crash.rs"]
+mod crash;
+use crash::{crash_with_pending_work, require_keychain};
+
 /// A fresh dir under /tmp that the server's Postgres user can enter.
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("holdfast-e2e-{tag}-{}", std::process::id()));
@@ -83,12 +87,11 @@ fn fax_order_offline_conflict_rejection() {
         .canonicalize()
         .expect("the built app (cargo build -p holdfast-desktop)");
     let data = tmp.join("desktop");
-    let token = tmp.join("desktop.token");
-    let (_driver_proc, driver_url) = start_tauri_driver(&[
-        ("HOLDFAST_DESKTOP_DATA_DIR", &data),
-        ("HOLDFAST_TOKEN_FILE", &token),
-    ])
-    .expect("tauri-driver");
+    // No HOLDFAST_TOKEN_FILE: the app keeps its token in the keychain, the
+    // Secret Service scripts/e2e.sh runs this under (scripts/with-keyring.sh).
+    require_keychain();
+    let (_driver_proc, driver_url) =
+        start_tauri_driver(&[("HOLDFAST_DESKTOP_DATA_DIR", &data)]).expect("tauri-driver");
     // tauri-driver answers before its WebKitWebDriver listens: retry the
     // first request until a deadline.
     let d = wait_for("a WebDriver session", Duration::from_secs(60), || {
@@ -528,6 +531,8 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     })
     .expect("the queued edit reached the server");
     d.screenshot("12-signed-in-again").expect("shot");
+
+    crash_with_pending_work(d, server, tmp);
 }
 
 /// Opens the size run on the open editor to read the grid's ATS.
