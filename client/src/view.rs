@@ -250,8 +250,8 @@ pub struct OrderHead {
 impl OrderSummary {
     /// `stuck_cutoff`: acts queued at or before it (ms) count as stuck.
     pub fn of(view: OrderView, stuck_cutoff: Option<i64>) -> Self {
-        let stuck = stuck_cutoff
-            .is_some_and(|cutoff| view.pending.iter().any(|m| m.created_at <= cutoff));
+        let stuck =
+            stuck_cutoff.is_some_and(|cutoff| view.pending.iter().any(|m| m.created_at <= cutoff));
         let o = view.order;
         OrderSummary {
             stuck,

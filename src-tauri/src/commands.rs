@@ -192,13 +192,19 @@ pub async fn cancel_order(engine: State<'_, Engine>, order_id: Uuid) -> CmdResul
 
 /// The invoice a confirmed order produced, as this desk last pulled it.
 #[tauri::command]
-pub async fn get_invoice(engine: State<'_, Engine>, invoice_id: Uuid) -> CmdResult<Option<Invoice>> {
+pub async fn get_invoice(
+    engine: State<'_, Engine>,
+    invoice_id: Uuid,
+) -> CmdResult<Option<Invoice>> {
     Ok(engine.invoice(invoice_id)?)
 }
 
 /// The order's history from the server (online only).
 #[tauri::command]
-pub async fn get_order_history(engine: State<'_, Engine>, order_id: Uuid) -> CmdResult<OrderHistory> {
+pub async fn get_order_history(
+    engine: State<'_, Engine>,
+    order_id: Uuid,
+) -> CmdResult<OrderHistory> {
     Ok(engine.order_history(order_id).await?)
 }
 

@@ -305,7 +305,10 @@ mod tests {
         // however old the acts.
         assert_eq!(stuck_cutoff(&state(Some(false), None), now), None);
         assert_eq!(stuck_cutoff(&state(None, None), now), None);
-        assert_eq!(stuck_cutoff(&state(Some(true), Some(now - 60_000)), now), None);
+        assert_eq!(
+            stuck_cutoff(&state(Some(true), Some(now - 60_000)), now),
+            None
+        );
         // Online for the whole window: acts queued before it are stuck.
         assert_eq!(
             stuck_cutoff(&state(Some(true), Some(now - after)), now),
