@@ -69,7 +69,10 @@ impl Server {
     pub fn start(port: u16, data_dir: &Path) -> Result<Server> {
         let bin = target_dir().join("debug/holdfast-server");
         let mut cmd = Command::new(&bin);
+        // Partners here are receivers on loopback, which the egress guard
+        // refuses unless told otherwise.
         cmd.args(["serve", "--demo", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--relay-allow-private-targets")
             .arg("--data-dir")
             .arg(data_dir)
             .stdout(Stdio::piped())
@@ -178,6 +181,7 @@ pub mod keys {
     pub const ALT: &str = "\u{E00A}";
     pub const CONTROL: &str = "\u{E009}";
     pub const BACKSPACE: &str = "\u{E003}";
+    pub const SHIFT: &str = "\u{E008}";
 }
 
 fn call(method: &str, url: &str, body: Option<Value>) -> Result<Value> {
@@ -314,6 +318,10 @@ impl Driver {
         .map(drop)
     }
 
+    /// Saves a screenshot into the artifacts, then fails if the screen
+    /// shows an internal id: a UUID, or a run of 8+ hex digits mixing
+    /// digits and letters (a short id like `01a23366`). Only rendered text
+    /// counts (`innerText`): a key behind a closed Details is not shown.
     pub fn screenshot(&self, name: &str) -> Result<()> {
         let v = call("GET", &format!("{}/screenshot", self.base), None)?;
         let b64 = v.as_str().ok_or("no screenshot")?;
@@ -322,8 +330,91 @@ impl Driver {
             .map_err(|e| e.to_string())?;
         let dir = target_dir().join("e2e-artifacts");
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(format!("{name}.png")), png).map_err(|e| e.to_string())
+        std::fs::write(dir.join(format!("{name}.png")), png).map_err(|e| e.to_string())?;
+        let ids = self.script(VISIBLE_IDS, json!([]))?;
+        match ids.as_array() {
+            Some(found) if !found.is_empty() => Err(format!(
+                "screenshot {name} shows internal ids: {}",
+                Value::Array(found.clone())
+            )),
+            _ => Ok(()),
+        }
     }
+}
+
+/// The page's rendered text, searched for internal ids (see `screenshot`).
+const VISIBLE_IDS: &str = r"
+    const text = document.body.innerText;
+    const uuid = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
+    const short = /\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b/gi;
+    return [...(text.match(uuid) || []), ...(text.replace(uuid, ' ').match(short) || [])];
+";
+
+/// A partner's endpoint on loopback: answers 204 to every request and keeps
+/// the `webhook-id` of each, in arrival order.
+pub struct Receiver {
+    pub url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    pub fn start() -> Result<Receiver> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(|s| s.ok()) {
+                let record = record.clone();
+                std::thread::spawn(move || {
+                    if let Some(id) = answer_webhook(stream) {
+                        if let Ok(mut v) = record.lock() {
+                            v.push(id);
+                        }
+                    }
+                });
+            }
+        });
+        Ok(Receiver {
+            url: format!("http://{addr}/hooks"),
+            seen,
+        })
+    }
+
+    /// The webhook-ids received so far.
+    pub fn webhook_ids(&self) -> Vec<String> {
+        self.seen.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// Reads one request (headers, then Content-Length bytes) and answers 204.
+fn answer_webhook(stream: std::net::TcpStream) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let (mut id, mut length) = (None, 0usize);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            match k.trim().to_ascii_lowercase().as_str() {
+                "webhook-id" => id = Some(v.trim().to_owned()),
+                "content-length" => length = v.trim().parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    let mut out = stream;
+    out.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    id
 }
 
 /// Starts tauri-driver on a free port with the app's env, and waits for it.

@@ -18,6 +18,7 @@ use serde_json::json;
 
 #[path = "desktop/crash.rs"]
 mod crash;
+mod workday;
 use crash::{crash_with_pending_work, require_keychain};
 
 /// A fresh dir under /tmp that the server's Postgres user can enter.
@@ -256,6 +257,8 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     check_prices_against_server(d, &ops, "PO-E2E-1");
     d.screenshot("04-allocated").expect("shot");
     eprintln!("ATS of Kestrel Indigo M: {ats_before} → {ats_after}");
+    workday::one_quantity_one_act_and_a_partial_release(d, &ops);
+    workday::offline_within_seconds_and_back(d, server);
     // ---- the server goes down; the desk keeps taking entries
     server.stop().expect("stop server");
     d.focus("#notes").expect("notes");
@@ -532,6 +535,7 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     .expect("the queued edit reached the server");
     d.screenshot("12-signed-in-again").expect("shot");
 
+    workday::confirm_over_a_colleagues_change(d, server, tmp);
     crash_with_pending_work(d, server, tmp);
 }
 
