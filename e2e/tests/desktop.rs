@@ -18,6 +18,7 @@ use serde_json::json;
 
 #[path = "desktop/crash.rs"]
 mod crash;
+#[path = "desktop/workday.rs"]
 mod workday;
 use crash::{crash_with_pending_work, require_keychain};
 
