@@ -517,6 +517,9 @@ mod tests {
         let acts = [confirm()];
         let d = diff(&base, &mine, &theirs, &fields_of(&acts[0]));
         assert!(d.iter().all(|f| !f.collides), "{d:?}");
-        assert_eq!(plan(&acts, &d, &Resolution::Rebase).expect("rebase"), vec![Some(confirm())]);
+        assert_eq!(
+            plan(&acts, &d, &Resolution::Rebase).expect("rebase"),
+            vec![Some(confirm())]
+        );
     }
 }

@@ -257,8 +257,15 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
     desk.allocate(order, first, 4).expect("allocate");
     desk.sync_once().await.expect("push");
 
-    let wholesale = desk.sku(skus[0]).expect("sku").expect("mirrored").sku.wholesale_price;
-    admin.patch_sku(skus[0], json!({ "wholesale_price": wholesale + 100 })).await;
+    let wholesale = desk
+        .sku(skus[0])
+        .expect("sku")
+        .expect("mirrored")
+        .sku
+        .wholesale_price;
+    admin
+        .patch_sku(skus[0], json!({ "wholesale_price": wholesale + 100 }))
+        .await;
     admin.patch_sku(skus[2], json!({ "active": false })).await;
     desk.sync_once().await.expect("pull the changes");
     let gone = desk.sku(skus[2]).expect("sku").expect("mirrored").sku;
@@ -270,7 +277,11 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
         copy.skipped,
         vec![format!("{} · {} · {}", gone.style, gone.color, gone.size)]
     );
-    assert_eq!(desk.pending_rows().expect("rows").len(), before + 3, "create + 2 lines");
+    assert_eq!(
+        desk.pending_rows().expect("rows").len(),
+        before + 3,
+        "create + 2 lines"
+    );
     desk.sync_once().await.expect("push the copy");
     assert_eq!(desk.status().expect("status").pending, 0);
 
@@ -286,6 +297,9 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
     assert_eq!(lines, vec![(skus[0], 4, 0), (skus[1], 2, 0)]);
     assert_eq!(served.lines[0].unit_price, wholesale + 100, "today's price");
     // An order the desk does not know is refused, nothing queued.
-    assert!(matches!(desk.reorder(Uuid::now_v7()), Err(Error::NotFound(_))));
+    assert!(matches!(
+        desk.reorder(Uuid::now_v7()),
+        Err(Error::NotFound(_))
+    ));
     assert_eq!(desk.status().expect("status").pending, 0);
 }

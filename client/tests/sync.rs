@@ -362,7 +362,10 @@ async fn an_idle_desk_goes_offline_when_the_server_does_and_back(db: PgPool) {
     let status = desk.status().expect("status");
     assert_eq!(status.pending, 0, "nothing was pushed or due");
     assert_eq!(status.online, Some(false), "the lost stream says offline");
-    assert!(status.last_error.is_some(), "the raw error is kept for details");
+    assert!(
+        status.last_error.is_some(),
+        "the raw error is kept for details"
+    );
 
     server.restart().await;
     wait_for(&mut events, |e| {

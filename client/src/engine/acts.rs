@@ -266,7 +266,10 @@ impl Engine {
         self.inner.store.write(|tx| {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mut source = orders::get(tx, from)?;
-            for row in pending::for_order(tx, from)?.iter().filter(|r| view::shows(r)) {
+            for row in pending::for_order(tx, from)?
+                .iter()
+                .filter(|r| view::shows(r))
+            {
                 source = view::apply(source, &row.act, &me);
             }
             let Some(source) = source else {
