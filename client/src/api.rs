@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use holdfast_protocol::backoff::parse_retry_after;
 use holdfast_protocol::model::{
-    LoginRequest, LoginResponse, OrderHistory, PushItem, PushRequest, PushResponse,
+    DeadLetteredOrders, LoginRequest, LoginResponse, OrderHistory, PushItem, PushRequest,
+    PushResponse,
 };
 use holdfast_protocol::problem::Problem;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -229,6 +230,20 @@ impl Api {
     pub async fn order_history(&self, order_id: Uuid) -> Result<OrderHistory, ApiError> {
         let path = format!("/v1/orders/{order_id}/history");
         let (_, bytes) = Self::send(self.request(Method::GET, &path)).await?;
+        Self::decode(&bytes)
+    }
+
+    /// `GET /v1/orders/dead-lettered`: the tenant's orders with a partner
+    /// delivery dead-lettered now. `timeout` bounds this request alone: the
+    /// sync pass that asks must not wait long for an answer it can do without.
+    pub async fn dead_lettered_orders(
+        &self,
+        timeout: Duration,
+    ) -> Result<DeadLetteredOrders, ApiError> {
+        let req = self
+            .request(Method::GET, "/v1/orders/dead-lettered")
+            .timeout(timeout);
+        let (_, bytes) = Self::send(req).await?;
         Self::decode(&bytes)
     }
 

@@ -12,6 +12,10 @@
 //!
 //! Per-document head-of-line blocking: a conflict or a rejection holds only
 //! its own order's later acts; every other order keeps syncing.
+//!
+//! After a pass that pulled, at most once a minute, the desk also asks which
+//! orders have a dead-lettered partner delivery (`refresh_order_flags`): a
+//! read the pass can do without, so it never fails or backs off the pass.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -32,8 +36,8 @@ use crate::api::{Api, ApiError, PullPage, SseParser};
 use crate::engine::{problem_of, Engine, EngineEvent, Error, Result};
 use crate::store::pending::{self, Row, Status, Visit};
 use crate::store::{
-    conflicts, customers, invoices, now_ms, orders, price_lists, rejections, skus, sync_state,
-    StoreError, SyncLock,
+    conflicts, customers, invoices, now_ms, order_flags, orders, price_lists, rejections, skus,
+    sync_state, StoreError, SyncLock,
 };
 
 /// What one pass did.
@@ -94,7 +98,9 @@ impl Engine {
             self.pull_locked(&api, &mut report).await
         }
         .await;
-        self.finish_pass(&api, result, report)
+        let report = self.finish_pass(&api, result, report)?;
+        self.refresh_order_flags(&api).await;
+        Ok(report)
     }
 
     /// Push only (tests and the CLI's `sync --push-only`).
@@ -112,7 +118,57 @@ impl Engine {
         let api = self.api()?;
         let mut report = SyncReport::default();
         let result = self.pull_locked(&api, &mut report).await;
-        self.finish_pass(&api, result, report)
+        let report = self.finish_pass(&api, result, report)?;
+        self.refresh_order_flags(&api).await;
+        Ok(report)
+    }
+
+    /// After a pass that pulled: asks the server which orders have a partner
+    /// delivery dead-lettered now, if the desk has not asked within
+    /// `flags_interval` (or has signed in since), and keeps the answer
+    /// ([`order_flags`]).
+    ///
+    /// Nothing here can fail or hold up the pass. It runs once the pass is
+    /// recorded (its outcome, the `SyncFinished` event); the request has a
+    /// short timeout of its own (`flags_timeout`: a server hanging on this
+    /// route keeps the sync lock that long at most, and the answer is
+    /// written in the order asked); and whatever goes wrong (offline, a 404
+    /// from a server older than the route, a 5xx, an unreadable answer) is
+    /// logged at debug and leaves the last answer in place, with no backoff
+    /// and no retry before the next interval. A 401 is left to the next
+    /// pass, which signs the desk out if it must.
+    async fn refresh_order_flags(&self, api: &Api) {
+        let config = self.config();
+        let interval = config.flags_interval.as_millis() as i64;
+        let claimed = self
+            .inner
+            .store
+            .write(|tx| order_flags::claim_ask(tx, now_ms(), interval));
+        match claimed {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead-lettered orders: cannot read when the desk last asked");
+                return;
+            }
+        }
+        let answer = match api.dead_lettered_orders(config.flags_timeout).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::debug!(error = %e, "dead-lettered orders unavailable; keeping the last answer");
+                return;
+            }
+        };
+        let now = now_ms();
+        match self
+            .inner
+            .store
+            .write(|tx| order_flags::replace(tx, &answer.orders, now))
+        {
+            Ok(true) => self.emit(EngineEvent::Changed),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "dead-lettered orders: cannot keep the answer"),
+        }
     }
 
     fn finish_pass(&self, api: &Api, result: Result<()>, report: SyncReport) -> Result<SyncReport> {

@@ -208,6 +208,11 @@ pub struct OrderView {
     pub pending: Vec<PendingMark>,
     /// The fields those acts touch (`notes`, `status`, `line:<id>`, …).
     pub pending_fields: Vec<String>,
+    /// A partner was never told about a change to this order: at least one
+    /// of its partner deliveries is dead-lettered on the server, waiting for
+    /// an operator to requeue it. As of the desk's last ask (at most a
+    /// minute old while online; the last answer while offline).
+    pub dead_lettered: bool,
 }
 
 /// One row of the order desk: an order as the user sees it, without its
@@ -225,6 +230,9 @@ pub struct OrderSummary {
     /// An act of this order has waited 15 minutes or more while the desk
     /// was online (see `engine::views::STUCK_AFTER`).
     pub stuck: bool,
+    /// A partner delivery of this order's events is dead-lettered on the
+    /// server (as `OrderView::dead_lettered`).
+    pub dead_lettered: bool,
 }
 
 /// An order's header: its document without the lines.
@@ -255,6 +263,7 @@ impl OrderSummary {
         let o = view.order;
         OrderSummary {
             stuck,
+            dead_lettered: view.dead_lettered,
             badge: view.badge,
             pending_count: view.pending.len(),
             line_count: o.lines.len(),
@@ -279,12 +288,14 @@ impl OrderSummary {
     }
 }
 
-/// The view of one order from its mirror, its pending rows (in order) and
-/// the prices the desk expected for the lines added here.
+/// The view of one order from its mirror, its pending rows (in order), the
+/// prices the desk expected for the lines added here, and whether the server
+/// last said a partner delivery of it is dead-lettered.
 pub fn order_view(
     mirror: Option<Order>,
     rows: &[Row],
     expected: &HashMap<Uuid, i64>,
+    dead_lettered: bool,
     me: &Me,
 ) -> Option<OrderView> {
     let server_version = mirror.as_ref().map(|o| o.version);
@@ -334,6 +345,7 @@ pub fn order_view(
         badge,
         pending: rows.iter().map(PendingMark::of).collect(),
         pending_fields: fields,
+        dead_lettered,
     })
 }
 
@@ -477,6 +489,7 @@ mod tests {
             badge: Badge::Pending,
             pending: vec![mark.clone(), mark],
             pending_fields: vec![],
+            dead_lettered: true,
         };
         // Stuck only when an act was queued by the cutoff (and there is one).
         assert!(!OrderSummary::of(view.clone(), None).stuck);
@@ -488,6 +501,7 @@ mod tests {
             (2, 12, 2)
         );
         assert_eq!(summary.badge, Badge::Pending);
+        assert!(summary.dead_lettered, "the row carries the view's flag");
         assert_eq!(summary.order.id, o);
         assert_eq!(summary.order.customer_po.as_deref(), Some("PO-7"));
         assert_eq!(summary.order.notes.as_deref(), Some("fax"));

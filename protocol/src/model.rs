@@ -323,6 +323,31 @@ pub enum HistoryDeliveryState {
     DeadLettered,
 }
 
+// ---------------------------------------------------------------- dead letters
+
+/// `GET /v1/orders/dead-lettered`: the tenant's orders that have at least one
+/// partner delivery dead-lettered now, longest waiting first.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetteredOrders {
+    /// One per order with a dead letter, ordered by `oldest_at` (then by
+    /// `order_id`). Empty when every partner event has been delivered, is
+    /// still being retried, or was requeued by an operator.
+    pub orders: Vec<DeadLetteredOrder>,
+}
+
+/// An order some partner was never told about: its events' deliveries that
+/// used every attempt and wait for an operator to requeue them.
+#[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetteredOrder {
+    pub order_id: Uuid,
+    /// How many of the order's partner deliveries are dead-lettered now
+    /// (one per event and partner; at least 1).
+    #[schema(minimum = 1)]
+    pub dead_lettered: i64,
+    /// When the earliest of them was dead-lettered.
+    pub oldest_at: DateTime<Utc>,
+}
+
 // ---------------------------------------------------------------- mutations
 
 /// Distinguishes "absent" (outer None) from "null" (Some(None)) in a PATCH.

@@ -20,6 +20,7 @@ use crate::http;
         http::orders::list,
         http::orders::get_one,
         http::orders::history,
+        http::orders::dead_lettered,
         http::skus::list,
         http::skus::get_one,
         http::customers::list,

@@ -62,7 +62,7 @@ use uuid::Uuid;
 use crate::api::{Api, ApiError, Timeouts};
 use crate::conflict::ResolveError;
 use crate::store::sync_state::{self, Profile};
-use crate::store::{self, pending, Store, StoreError};
+use crate::store::{self, order_flags, pending, Store, StoreError};
 use crate::token::{TokenError, TokenStore};
 use crate::view::Me;
 
@@ -132,6 +132,11 @@ pub struct SyncConfig {
     /// A watching loop syncs at least this often, in case a poke was missed
     /// while the stream was reconnecting.
     pub poll_interval: Duration,
+    /// A pass asks the server which orders have a dead-lettered partner
+    /// delivery at most this often (and at once after a sign-in).
+    pub flags_interval: Duration,
+    /// How long a pass waits for that answer before keeping the last one.
+    pub flags_timeout: Duration,
     pub timeouts: Timeouts,
 }
 
@@ -149,6 +154,12 @@ impl Default for SyncConfig {
             stream_retry_cap_ms: 5_000,
             local_poll: Duration::from_secs(1),
             poll_interval: Duration::from_secs(60),
+            // A dead letter waits for an operator: a minute late is nothing
+            // to the desk, and a fleet of desks asks the server little.
+            flags_interval: Duration::from_secs(60),
+            // The server just answered the pass's pull, so a healthy one
+            // answers this indexed read at once; past this, try next time.
+            flags_timeout: Duration::from_secs(5),
             timeouts: Timeouts::default(),
         }
     }
@@ -392,6 +403,9 @@ impl Engine {
                 store::reset_queue(tx)?;
             }
             sync_state::set_profile(tx, &profile)?;
+            // The flags are the tenant's and may be a minute old: the first
+            // pass after a sign-in asks again.
+            order_flags::ask_soon(tx)?;
             Ok(())
         })?;
         self.changed_locally();

@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::{Engine, Result};
 use crate::store::sync_state::{self, Profile, SyncState};
 use crate::store::{
-    conflicts, customers, expected_prices, invoices, now_ms, orders, pending, price_lists,
-    rejections, skus, StoreError,
+    conflicts, customers, expected_prices, invoices, now_ms, order_flags, orders, pending,
+    price_lists, rejections, skus, StoreError,
 };
 use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
 
@@ -41,6 +41,11 @@ pub struct Status {
     /// Acts pending for [`STUCK_AFTER`] or more while the desk was online:
     /// the network is not the reason they have not landed.
     pub stuck: i64,
+    /// How many orders have a partner delivery dead-lettered on the server
+    /// (a partner was never told about a change; an operator must requeue
+    /// it): the orders whose `dead_lettered` is true. As of the desk's last
+    /// ask, at most a minute old while online.
+    pub dead_lettered_orders: i64,
 }
 
 /// How long an act may wait, online, before the desk calls it stuck.
@@ -73,6 +78,7 @@ impl Engine {
         Ok(self.inner.store.read(|tx| {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mirrors = orders::list(tx)?;
+            let flagged = order_flags::dead_lettered(tx)?;
             let mut by_order: HashMap<Uuid, Vec<pending::Row>> = HashMap::new();
             let mut local_only = Vec::new();
             for row in pending::all(tx)? {
@@ -87,12 +93,17 @@ impl Engine {
             for m in mirrors {
                 let rows = by_order.remove(&m.id).unwrap_or_default();
                 let expected = expected_prices::for_order(tx, m.id)?;
-                out.extend(view::order_view(Some(m), &rows, &expected, &me));
+                let dead = flagged.contains(&m.id);
+                out.extend(view::order_view(Some(m), &rows, &expected, dead, &me));
             }
             for id in local_only {
                 let rows = by_order.remove(&id).unwrap_or_default();
                 let expected = expected_prices::for_order(tx, id)?;
-                out.extend(view::order_view(None, &rows, &expected, &me));
+                // Not on the server yet (to the desk's knowledge), so no
+                // partner has been told anything; a flag says otherwise
+                // only if the order was sent and the mirror is behind.
+                let dead = flagged.contains(&id);
+                out.extend(view::order_view(None, &rows, &expected, dead, &me));
             }
             Ok(out)
         })?)
@@ -114,10 +125,12 @@ impl Engine {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let rows = pending::for_order(tx, order_id)?;
             let expected = expected_prices::for_order(tx, order_id)?;
+            let dead = order_flags::dead_lettered(tx)?.contains(&order_id);
             Ok(view::order_view(
                 orders::get(tx, order_id)?,
                 &rows,
                 &expected,
+                dead,
                 &me,
             ))
         })?)
@@ -138,7 +151,8 @@ impl Engine {
         let mut net: HashMap<Uuid, i64> = HashMap::new();
         for (order_id, rows) in by_order {
             let mirror = orders::get(tx, order_id)?;
-            let Some(v) = view::order_view(mirror.clone(), &rows, &HashMap::new(), &me) else {
+            let Some(v) = view::order_view(mirror.clone(), &rows, &HashMap::new(), false, &me)
+            else {
                 continue;
             };
             for l in &v.order.lines {
@@ -231,7 +245,7 @@ impl Engine {
 
     pub fn status(&self) -> Result<Status> {
         let now = now_ms();
-        let (state, last, (count, oldest), n_conflicts, n_rejections, stuck) =
+        let (state, last, (count, oldest), n_conflicts, n_rejections, stuck, dead_lettered) =
             self.inner.store.read(|tx| {
                 let state = sync_state::get(tx)?;
                 let stuck = match stuck_cutoff(&state, now) {
@@ -245,6 +259,7 @@ impl Engine {
                     conflicts::list(tx)?.len(),
                     rejections::list(tx)?.len(),
                     stuck,
+                    order_flags::count(tx)?,
                 ))
             })?;
         let signed_out = match (&state.profile, last) {
@@ -272,6 +287,7 @@ impl Engine {
             last_error: state.last_error,
             signed_out,
             stuck,
+            dead_lettered_orders: dead_lettered,
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod conflicts;
 pub mod customers;
 pub mod expected_prices;
 pub mod invoices;
+pub mod order_flags;
 pub mod orders;
 pub mod pending;
 pub mod price_lists;
@@ -79,6 +80,7 @@ fn migrations() -> Vec<Migration> {
         expected_prices::MIGRATIONS,
         conflicts::MIGRATIONS,
         rejections::MIGRATIONS,
+        order_flags::MIGRATIONS,
     ]
     .concat();
     // Stable: steps of one version keep the table order above.
@@ -255,7 +257,8 @@ fn migrate(conn: &mut Connection, path: &Path) -> StoreResult<()> {
 pub fn reset_mirrors(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "delete from order_lines; delete from orders; delete from skus; delete from customers;
-         delete from invoices; delete from price_lists; update sync_state set cursor = null;",
+         delete from invoices; delete from price_lists; delete from order_flags;
+         update sync_state set cursor = null;",
     )?;
     Ok(())
 }

@@ -29,6 +29,8 @@ pub const DEADLINE: Duration = Duration::from_secs(90);
 pub struct Server {
     pub addr: SocketAddr,
     pub db: PgPool,
+    /// Partners may be registered at loopback URLs (in-process receivers).
+    allow_private_targets: bool,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -36,15 +38,25 @@ pub struct Server {
 impl Server {
     /// Seeds the demo fixture and serves on a free loopback port.
     pub async fn start(db: PgPool) -> Server {
-        demo::seed(&db).await.expect("seed demo data");
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        Self::serve(db, listener)
+        Self::start_with(db, false).await
     }
 
-    fn serve(db: PgPool, listener: TcpListener) -> Server {
+    /// [`Server::start`], letting operators register partners at loopback
+    /// URLs, as a test's in-process partner is.
+    pub async fn start_for_partners(db: PgPool) -> Server {
+        Self::start_with(db, true).await
+    }
+
+    async fn start_with(db: PgPool, allow_private_targets: bool) -> Server {
+        demo::seed(&db).await.expect("seed demo data");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Self::serve(db, listener, allow_private_targets)
+    }
+
+    fn serve(db: PgPool, listener: TcpListener, allow_private_targets: bool) -> Server {
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
-        let state = AppState::new(db.clone());
+        let state = AppState::new(db.clone()).allowing_private_targets(allow_private_targets);
         let task = tokio::spawn(async move {
             holdfast_server::run(state, listener, async {
                 let _ = stopped.await;
@@ -55,6 +67,7 @@ impl Server {
         Server {
             addr,
             db,
+            allow_private_targets,
             stop: Some(stop),
             task: Some(task),
         }
@@ -84,7 +97,7 @@ impl Server {
         let listener = TcpListener::bind(self.addr)
             .await
             .expect("rebind the same port");
-        let mut again = Self::serve(self.db.clone(), listener);
+        let mut again = Self::serve(self.db.clone(), listener, self.allow_private_targets);
         self.stop = again.stop.take();
         self.task = again.task.take();
     }

@@ -1,7 +1,9 @@
-//! Deliveries as operators see them: listing, requeue, backlog statistics.
-//! (The relay's claim and state changes live in `relay/`.)
+//! Deliveries as operators see them (listing, requeue, backlog statistics)
+//! and as desks see them (the orders with a dead letter). The relay's claim
+//! and state changes live in `relay/`.
 
 use chrono::{DateTime, Utc};
+use holdfast_protocol::model::DeadLetteredOrder;
 use serde::Serialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -84,6 +86,42 @@ pub async fn requeue(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// The tenant's orders with at least one partner delivery dead-lettered now,
+/// with how many and since when, the longest waiting first.
+///
+/// "Now" is the delivery's state: a requeue puts it back to `pending` (and
+/// clears `dead_lettered_at`), a later success makes it `delivered`, and
+/// either way the order drops out. The reaper never deletes a dead delivery
+/// or its event, so an old dead letter stays listed until someone acts on it.
+///
+/// One statement: the partial index `deliveries_dead` (migration
+/// `dead_letters_by_tenant`) yields the tenant's dead deliveries only, and
+/// each joins its event by the outbox's primary key for the order's id.
+pub async fn dead_lettered_orders(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Vec<DeadLetteredOrder>, sqlx::Error> {
+    let rows: Vec<(Uuid, i64, DateTime<Utc>)> = sqlx::query_as(
+        "select o.aggregate_id, count(*), min(d.dead_lettered_at)
+           from deliveries d
+           join outbox o on o.tenant_id = d.tenant_id and o.id = d.outbox_id
+          where d.tenant_id = $1 and d.state = 'dead' and o.aggregate_kind = 'order'
+          group by o.aggregate_id
+          order by 3, 1",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(order_id, dead_lettered, oldest_at)| DeadLetteredOrder {
+            order_id,
+            dead_lettered,
+            oldest_at,
+        })
+        .collect())
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]

@@ -136,6 +136,10 @@ pub fn router(state: AppState) -> Router {
         .route("/sync/stream", get(sync::stream))
         // Mutations.
         .route("/orders", get(orders::list).post(mutations::create_order))
+        // A read, any role. A static segment: axum's router (matchit)
+        // prefers it to `/orders/{id}` whatever the order of registration,
+        // so this is never taken for an order's id (which would be a 404).
+        .route("/orders/dead-lettered", get(orders::dead_lettered))
         .route(
             "/orders/{id}",
             get(orders::get_one).patch(mutations::patch_order),

@@ -1,10 +1,11 @@
-//! Order reads: `GET /v1/orders`, `GET /v1/orders/{id}` and the order's
-//! history, `GET /v1/orders/{id}/history`.
+//! Order reads: `GET /v1/orders`, `GET /v1/orders/{id}`, the order's
+//! history, `GET /v1/orders/{id}/history`, and the orders a partner was never
+//! told about, `GET /v1/orders/dead-lettered`.
 
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
-use holdfast_protocol::model::{Order, OrderHistory, OrderStatus, OrdersPage};
+use holdfast_protocol::model::{DeadLetteredOrders, Order, OrderHistory, OrderStatus, OrdersPage};
 use holdfast_protocol::problem::Problem;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -87,4 +88,24 @@ pub(crate) async fn history(
     let history = crate::db::order_history::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     history.map(Json).ok_or_else(|| Error::not_found("order"))
+}
+
+/// The tenant's orders with a partner delivery dead-lettered now.
+///
+/// Each with how many of its deliveries are dead-lettered and since when,
+/// the longest waiting first. A delivery an operator requeued, or that has
+/// been delivered since, no longer counts. Any role of the tenant may read
+/// it: desks flag these orders.
+#[utoipa::path(get, path = "/v1/orders/dead-lettered", security(("bearer" = [])),
+    responses((status = 200, body = DeadLetteredOrders,
+               description = "the orders with at least one dead-lettered partner delivery, by `oldest_at`"),
+              (status = 401, body = Problem)))]
+pub(crate) async fn dead_lettered(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<Json<DeadLetteredOrders>> {
+    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let orders = crate::db::deliveries::dead_lettered_orders(&mut tx, caller.tenant_id).await?;
+    tx.commit().await?;
+    Ok(Json(DeadLetteredOrders { orders }))
 }

@@ -15,6 +15,7 @@ mod admin_page;
 mod admin_page_catalog;
 mod admin_page_customers;
 mod admin_page_users;
+mod dead_letters;
 mod embedded_postgres;
 mod history;
 mod hostile;

@@ -128,6 +128,12 @@ pub(crate) fn status_text(s: &Status) -> String {
         "Conflicts: {}   Rejections: {}\n",
         s.conflicts, s.rejections
     ));
+    if s.dead_lettered_orders > 0 {
+        out.push_str(&format!(
+            "Partner events dead-lettered: {} order(s) (an operator must requeue them)\n",
+            s.dead_lettered_orders
+        ));
+    }
     if let Some(e) = &s.last_error {
         out.push_str(&format!("Last error: {e}\n"));
     }
