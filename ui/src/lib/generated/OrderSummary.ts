@@ -21,4 +21,9 @@ units: number,
  * An act of this order has waited 15 minutes or more while the desk
  * was online (see `engine::views::STUCK_AFTER`).
  */
-stuck: boolean, };
+stuck: boolean, 
+/**
+ * A partner delivery of this order's events is dead-lettered on the
+ * server (as `OrderView::dead_lettered`).
+ */
+dead_lettered: boolean, };

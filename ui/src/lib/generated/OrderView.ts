@@ -30,4 +30,11 @@ pending: Array<PendingMark>,
 /**
  * The fields those acts touch (`notes`, `status`, `line:<id>`, …).
  */
-pending_fields: Array<string>, };
+pending_fields: Array<string>, 
+/**
+ * A partner was never told about a change to this order: at least one
+ * of its partner deliveries is dead-lettered on the server, waiting for
+ * an operator to requeue it. As of the desk's last ask (at most a
+ * minute old while online; the last answer while offline).
+ */
+dead_lettered: boolean, };

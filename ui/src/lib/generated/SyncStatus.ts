@@ -20,4 +20,11 @@ signed_out: SignedOut | null,
  * Acts pending for [`STUCK_AFTER`] or more while the desk was online:
  * the network is not the reason they have not landed.
  */
-stuck: number, };
+stuck: number, 
+/**
+ * How many orders have a partner delivery dead-lettered on the server
+ * (a partner was never told about a change; an operator must requeue
+ * it): the orders whose `dead_lettered` is true. As of the desk's last
+ * ask, at most a minute old while online.
+ */
+dead_lettered_orders: number, };

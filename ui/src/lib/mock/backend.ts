@@ -123,6 +123,13 @@ export class MockBackend implements Backend {
 
   // ------------------------------------------------------------ knobs for tests and the dev panel
 
+  /** The server reports (or stops reporting) a dead-lettered partner delivery of this order. */
+  setDeadLettered(orderId: Uuid, dead: boolean): void {
+    const e = this.desk.entries.get(orderId);
+    if (e) e.deadLettered = dead;
+    this.poke();
+  }
+
   /** Cuts or restores the pretend network. Restoring syncs at once, like the engine's stream reconnecting. */
   setNetwork(up: boolean): void {
     this.network = up;
@@ -186,8 +193,8 @@ export class MockBackend implements Backend {
     this.revoked = true;
   }
 
-  /** The server's stream pokes this desk. */
-  private poke(): void {
+  /** The server's stream pokes this desk (tests call it too, as a nudge to look again). */
+  poke(): void {
     if (!this.network || this.seeding) return;
     this.events.emit('changed', null);
     this.emitStatus();

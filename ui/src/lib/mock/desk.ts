@@ -31,6 +31,8 @@ export interface Entry {
   fields: string[];
   /** The price this desk showed for each line added here (kept after the line lands). */
   expected?: Record<Uuid, number>;
+  /** The server says a partner delivery of this order is dead-lettered. */
+  deadLettered?: boolean;
 }
 
 /** The act a refused pending mark stands for, so a choice can re-issue it. */

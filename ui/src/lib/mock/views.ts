@@ -34,6 +34,7 @@ export function orderView(e: Entry): OrderView {
     badge,
     pending: clone(e.pending),
     pending_fields: [...e.fields],
+    dead_lettered: e.deadLettered ?? false,
   };
 }
 
@@ -45,7 +46,7 @@ export function stuckCutoff(state: Connection, now: number): number | null {
   return state.online === true ? now - STUCK_AFTER_MS : null;
 }
 
-export function orderSummary({ order: { lines, ...order }, badge, pending }: OrderView, cutoff: number | null = null): OrderSummary {
+export function orderSummary({ order: { lines, ...order }, badge, pending, dead_lettered: deadLettered }: OrderView, cutoff: number | null = null): OrderSummary {
   return {
     order,
     badge,
@@ -53,6 +54,7 @@ export function orderSummary({ order: { lines, ...order }, badge, pending }: Ord
     line_count: lines.length,
     units: lines.reduce((n, l) => n + l.qty_ordered, 0),
     stuck: cutoff !== null && pending.some((m) => m.created_at <= cutoff),
+    dead_lettered: deadLettered,
   };
 }
 
@@ -115,5 +117,6 @@ export function syncStatus(desk: Desk, profile: Profile | null, state: Connectio
     last_error: state.lastError,
     signed_out: profile ? null : clone(signedOut),
     stuck: cutoff === null ? 0 : marks.filter(([, m]) => m.created_at <= cutoff).length,
+    dead_lettered_orders: [...desk.entries.values()].filter((e) => e.deadLettered).length,
   };
 }
