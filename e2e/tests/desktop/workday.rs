@@ -129,7 +129,16 @@ pub(crate) fn offline_within_seconds_and_back(d: &Driver, server: &mut Server) {
         note,
         "Server unreachable — your changes are saved on this computer"
     );
-    let bar = d.text("footer.statusbar").unwrap_or_default();
+    // What is rendered (the transport's words wait behind a closed Details).
+    let bar = d
+        .script(
+            "return document.querySelector('footer.statusbar').innerText;",
+            json!([]),
+        )
+        .expect("status bar text")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         !bar.contains("error sending request") && !bar.contains("tcp connect"),
         "no transport text on the status bar: {bar}"
