@@ -191,7 +191,7 @@ pub(crate) fn confirm_over_a_colleagues_change(d: &Driver, server: &mut Server, 
     d.keys(&format!("{}{PO}{}", keys::TAB, keys::TAB))
         .expect("po");
     size_run(d, "kestrel indigo", &["1"]);
-    let line = line_id(d, "S");
+    let line = line_id(d, "XS");
     wait_pending(d, "the new order synced", |n| n == 0);
     let before = server_order(&ops, PO);
     let saw = before["total"].as_i64().expect("total");
