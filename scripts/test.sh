@@ -44,8 +44,12 @@ cargo test --locked --workspace
 # HOLDFAST_TEST_SECRET_SERVICE, so they run, and fail if the keyring fails).
 # Each prints `keychain-ran: ...` when it got through; count them.
 echo "== keychain (Secret Service: gnome-keyring under dbus-run-session)"
-keychain_out=$(scripts/with-keyring.sh cargo test --locked -p holdfast-client -p holdfast-desktop \
-    keychain -- --nocapture 2>&1 | tee /dev/stderr)
+# `--workspace` with a name filter reuses the build above (selecting packages
+# would unify features differently and rebuild half the tree); the copy to
+# stderr goes through an inherited descriptor, never by reopening
+# /dev/stderr (which truncates a log file).
+keychain_out=$(scripts/with-keyring.sh cargo test --locked --workspace \
+    keychain -- --nocapture 2>&1 | tee >(cat >&2))
 ran=$(grep -o 'keychain-ran: ' <<<"$keychain_out" | wc -l)
 if [ "$ran" -ne 3 ]; then
     echo "keychain: expected 3 Secret Service tests to run (client, CLI, desktop), $ran did" >&2
