@@ -118,7 +118,10 @@ async fn move_line(
     } = lines[at];
     let delta = match direction {
         Direction::Allocate => {
-            if qty_allocated + qty > qty_ordered {
+            // Compared as what is still open (qty_ordered ≥ qty_allocated ≥ 0
+            // by the schema): `qty_allocated + qty` overflows for a qty
+            // near i64::MAX (a panic in a debug build, a wrap in release).
+            if qty > qty_ordered - qty_allocated {
                 return Err(over_allocation(
                     format!("the line ordered {qty_ordered} and has {qty_allocated} allocated; {qty} more would exceed it"),
                     qty_ordered,

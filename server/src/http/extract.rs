@@ -169,6 +169,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme is
+/// case-insensitive and may be followed by several spaces (RFC 9110 §11.1,
+/// §11.4); anything else, or an empty token, is no bearer token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    let token = rest.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains(' '))
+        .then_some(token)
+}
+
 /// The caller behind the bearer token, looked up on every request so a
 /// revoked token stops working at once.
 impl FromRequestParts<AppState> for Caller {
@@ -182,9 +192,7 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
+            .and_then(bearer_token)
             .ok_or_else(Error::unauthorized)?;
         crate::db::sessions::caller_for_token(&state.db, token)
             .await?
@@ -209,6 +217,29 @@ mod tests {
         );
         let err = parse_json::<PatchOrder>(b"{not json").expect_err("syntax");
         assert_eq!(err.to_problem().code, ProblemCode::MalformedJson);
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for ok in [
+            "Bearer hf_x",
+            "bearer hf_x",
+            "BEARER hf_x",
+            "bEaReR   hf_x",
+            "Bearer hf_x ",
+        ] {
+            assert_eq!(bearer_token(ok), Some("hf_x"), "{ok:?}");
+        }
+        for bad in [
+            "Bearer",
+            "Bearer ",
+            "Basic hf_x",
+            "Bearerhf_x",
+            "Bearer a b",
+            "hf_x",
+        ] {
+            assert_eq!(bearer_token(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

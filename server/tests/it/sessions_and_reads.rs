@@ -120,6 +120,23 @@ async fn missing_and_bad_tokens_are_401(db: PgPool) {
     assert_problem(status, &body, 401, "unauthorized");
 }
 
+/// Issue 15, item 7: the scheme is case-insensitive (RFC 9110 §11.1).
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn the_bearer_scheme_is_case_insensitive(db: PgPool) {
+    let s = TestServer::start(db).await;
+    let token = s.login("acme", "dana@acme.test").await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let resp = s
+            .http
+            .get(s.url("/v1/orders"))
+            .header("authorization", format!("{scheme} {token}"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status().as_u16(), 200, "{scheme}");
+    }
+}
+
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn another_tenants_documents_are_404(db: PgPool) {
     let s = TestServer::start(db.clone()).await;

@@ -469,3 +469,37 @@ async fn allocation_answers_the_document_a_read_returns(db: PgPool) {
     );
     assert!(ats > 0, "the SKU had stock before it was drained");
 }
+
+/// Issue 15, item 1: a quantity near i64::MAX on a line that already holds
+/// some overflowed `qty_allocated + qty` (a debug build panicked and dropped
+/// the connection). Now a clear 422 over_allocation, and nothing moved.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_huge_allocation_on_a_line_that_holds_some_is_refused_in_words(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 4).await;
+    let first = s
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::OK);
+    let before = position(&db, kestrel_m()).await;
+    for qty in [i64::MAX, i64::MAX - 1, (1i64 << 53) + 1] {
+        let r = s
+            .post(
+                &dana,
+                &allocate_path(order, line),
+                &key(),
+                json!({"qty": qty}),
+            )
+            .await;
+        assert_problem(r.status, &r.json(), 422, "over_allocation");
+        assert_eq!(r.json()["qty_allocated"], 1, "{qty}");
+    }
+    assert_eq!(position(&db, kestrel_m()).await, before, "nothing moved");
+    assert_ledgers_match_positions(&db).await;
+}
