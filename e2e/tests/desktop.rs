@@ -400,17 +400,7 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
         t.contains("conflict")
     })
     .expect("conflict shown");
-    // The editor's banner follows the status bar by a refresh: wait for it.
-    wait_for("the Resolve conflict button", Duration::from_secs(20), || {
-        d.script(
-            "const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim().startsWith('Resolve conflict')); if (!b) return false; b.click(); return true;",
-            json!([]),
-        )
-        .ok()?
-        .as_bool()
-        .filter(|b| *b)
-    })
-    .expect("open the conflict view");
+    open_conflict(d);
     d.find("[data-testid=conflict-title]")
         .expect("conflict view");
     d.screenshot("07-conflict").expect("shot");
@@ -464,18 +454,7 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
     wait_pending(d, "everything synced", |n| n == 0);
     d.screenshot("09-reduced").expect("shot");
     // The fax order again, with the server's prices and total.
-    d.chord(keys::ALT, "d").expect("desk");
-    d.wait_text(
-        "[role=listbox][aria-label^='Orders']",
-        "the fax order on the desk",
-        |t| t.contains("PO-E2E-1"),
-    )
-    .expect("desk lists the order");
-    d.script(
-        "[...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes('PO-E2E-1')).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));",
-        json!([]),
-    )
-    .expect("open the order");
+    open_order(d, "PO-E2E-1");
     check_prices_against_server(d, &ops, "PO-E2E-1");
     d.screenshot("10-prices").expect("shot");
 
@@ -538,6 +517,38 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
 
     workday::confirm_over_a_colleagues_change(d, server, tmp);
     crash_with_pending_work(d, server, tmp);
+}
+
+/// Opens the order with PO `po` from the desk, in the editor.
+fn open_order(d: &Driver, po: &str) {
+    d.chord(keys::ALT, "d").expect("desk");
+    d.wait_text(
+        "[role=listbox][aria-label^='Orders']",
+        "the order on the desk",
+        |t| t.contains(po),
+    )
+    .expect("desk lists the order");
+    d.script(
+        "[...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes(arguments[0])).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));",
+        json!([po]),
+    )
+    .expect("open the order");
+    d.find("#notes").expect("the editor");
+}
+
+/// From the open editor, its banner's "Resolve conflict" into the conflict
+/// view. The banner follows the status bar by a refresh: wait for it.
+fn open_conflict(d: &Driver) {
+    wait_for("the Resolve conflict button", Duration::from_secs(20), || {
+        d.script(
+            "const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim().startsWith('Resolve conflict')); if (!b) return false; b.click(); return true;",
+            json!([]),
+        )
+        .ok()?
+        .as_bool()
+        .filter(|b| *b)
+    })
+    .expect("open the conflict view");
 }
 
 /// Opens the size run on the open editor to read the grid's ATS.

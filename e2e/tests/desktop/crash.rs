@@ -14,7 +14,7 @@ use holdfast_e2e::{
 };
 use serde_json::json;
 
-use super::{clear, operator, pending, server_order, wait_pending};
+use super::{clear, open_order, operator, pending, server_order, wait_pending};
 
 /// The fax order `walk` made.
 const PO: &str = "PO-E2E-1";
@@ -216,23 +216,6 @@ fn drain(d: &Driver, what: &str) {
         None
     })
     .unwrap_or_else(|e| panic!("{e} (status bar: {:?})", d.text("footer.statusbar")));
-}
-
-/// Opens the order with PO `po` from the desk.
-fn open_order(d: &Driver, po: &str) {
-    d.chord(keys::ALT, "d").expect("desk");
-    d.wait_text(
-        "[role=listbox][aria-label^='Orders']",
-        "the order on the desk",
-        |t| t.contains(po),
-    )
-    .expect("desk lists the order");
-    d.script(
-        "[...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes(arguments[0])).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));",
-        json!([po]),
-    )
-    .expect("open the order");
-    d.find("#notes").expect("the editor");
 }
 
 /// The e2e needs the keychain: scripts/e2e.sh runs it under

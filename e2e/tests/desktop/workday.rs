@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use holdfast_e2e::{free_port, keys, money, wait_for, Api, Cli, Driver, Receiver, Server};
 use serde_json::json;
 
-use super::{find_order, operator, server_order, size_run, wait_pending};
+use super::{
+    find_order, open_conflict, open_order, operator, server_order, size_run, wait_pending,
+};
 
 /// The fax order `walk` made.
 const FAX_PO: &str = "PO-E2E-1";
@@ -152,23 +154,6 @@ pub(crate) fn offline_within_seconds_and_back(d: &Driver, server: &mut Server) {
     .expect("online again");
 }
 
-/// Opens the desk's order with this PO in the editor.
-fn open_order(d: &Driver, po: &str) {
-    d.chord(keys::ALT, "d").expect("desk");
-    d.wait_text(
-        "[role=listbox][aria-label^='Orders']",
-        "the order on the desk",
-        |t| t.contains(po),
-    )
-    .expect("desk lists the order");
-    d.script(
-        "[...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes(arguments[0])).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));",
-        json!([po]),
-    )
-    .expect("open the order");
-    d.find("table.lines").expect("the editor");
-}
-
 /// A new order, confirmed while the server is down, over a colleague's
 /// quantity change: the conflict shows both totals and waits for a person;
 /// chosen, the confirm lands; the confirmation, invoice and history follow.
@@ -253,16 +238,7 @@ pub(crate) fn confirm_over_a_colleagues_change(d: &Driver, server: &mut Server, 
         t.contains("conflict")
     })
     .expect("conflict");
-    wait_for("the Resolve conflict button", Duration::from_secs(20), || {
-        d.script(
-            "const b = [...document.querySelectorAll('button')].find(b => b.textContent.trim().startsWith('Resolve conflict')); if (!b) return false; b.click(); return true;",
-            json!([]),
-        )
-        .ok()?
-        .as_bool()
-        .filter(|b| *b)
-    })
-    .expect("open the conflict view");
+    open_conflict(d);
     let totals = d
         .wait_text("[data-testid=conflict-totals]", "both totals", |t| {
             t.contains(&money(saw)) && t.contains(&money(theirs))

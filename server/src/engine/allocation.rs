@@ -19,7 +19,8 @@ use holdfast_protocol::problem::{Problem, ProblemCode};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::orders::{load, lock_order, over_allocation, require_status};
+use super::lines::over_allocation;
+use super::orders::{load, lock_order, require_status};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;

@@ -20,6 +20,7 @@
 mod allocation;
 pub mod batch;
 pub mod idempotency;
+mod lines;
 mod orders;
 
 use holdfast_protocol::canonical::request_fingerprint;
@@ -278,7 +279,7 @@ async fn run(
                 qty_ordered,
                 base_version,
             };
-            orders::add_line(conn, caller, key, order_id, line).await
+            lines::add_line(conn, caller, key, order_id, line).await
         }
         Mutation::ChangeLine {
             order_id,
@@ -290,13 +291,13 @@ async fn run(
                 base_version,
                 qty_ordered,
             };
-            orders::change_line(conn, caller, key, order_id, line_id, change).await
+            lines::change_line(conn, caller, key, order_id, line_id, change).await
         }
         Mutation::RemoveLine {
             order_id,
             line_id,
             base_version,
-        } => orders::remove_line(conn, caller, key, order_id, line_id, base_version).await,
+        } => lines::remove_line(conn, caller, key, order_id, line_id, base_version).await,
         Mutation::Allocate {
             order_id,
             line_id,
