@@ -35,6 +35,24 @@ if ((${#missing[@]})); then
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# promtool (Debian's prometheus package) lints /metrics in make test
+# (scripts/schemathesis.sh). Extracted into the cache, never installed: the
+# package would start a Prometheus service.
+promtool="${HOLDFAST_CACHE:-$HOME/.cache/holdfast}/prometheus/usr/bin/promtool"
+if [ ! -x "$promtool" ]; then
+    echo "deps: extracting promtool from Debian's prometheus package"
+    dl=$(mktemp -d)
+    chmod 755 "$dl"   # apt's _apt user downloads into it when we are root
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    (cd "$dl" && { apt-get download prometheus >/dev/null 2>&1 \
+        || { $sudo apt-get update -qq && apt-get download prometheus; }; })
+    mkdir -p "$(dirname "$(dirname "$(dirname "$promtool")")")"
+    dpkg -x "$dl"/prometheus_*.deb "$(dirname "$(dirname "$(dirname "$promtool")")")"
+    rm -rf "$dl"
+    "$promtool" --version >/dev/null
+fi
+
 # The UI's Node dependencies, exactly as package-lock.json pins them.
 if [ ! -d ui/node_modules ] || [ ui/package-lock.json -nt ui/node_modules ]; then
     echo "deps: npm ci in ui/"

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Hostile input (issue 8): schemathesis, from PyPI, generates requests from
+# First openapi-spec-validator (PyPI) checks /openapi.json is valid OpenAPI 3,
+# and promtool checks /metrics (issue 15 items 15, 16).
+# Then hostile input (issue 8): schemathesis, from PyPI, generates requests from
 # the running server's own /openapi.json and checks every answer:
 #   not_a_server_error          no 5xx, ever
 #   response_schema_conformance the body matches the documented schema
@@ -105,6 +107,24 @@ for _ in $(seq 360); do
 done
 [ -n "$base" ] || { echo "schemathesis: the server did not start in 3 minutes" >&2; cat "$tmp/server.log" >&2; exit 1; }
 
+# The document itself, by a standard validator first: duplicate operationIds,
+# dangling references or a malformed schema would break every client generator.
+"$py" -c 'import sys, urllib.request; open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1]).read())' \
+    "$base/openapi.json" "$tmp/openapi.json"
+echo "== openapi-spec-validator"
+"$venv/bin/openapi-spec-validator" "$tmp/openapi.json"
+
+# /metrics by Prometheus's own linter: first as a fresh server shows it
+# (every family with HELP before anything happened), again after the runs.
+promtool="${HOLDFAST_CACHE:-$HOME/.cache/holdfast}/prometheus/usr/bin/promtool"
+[ -x "$promtool" ] || { echo "schemathesis: promtool is missing (scripts/deps.sh extracts it)" >&2; exit 2; }
+check_metrics() {
+    echo "== promtool check metrics ($1)"
+    "$py" -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())' \
+        "$base/metrics" | "$promtool" check metrics
+}
+check_metrics "a fresh server"
+
 # Tokens, a few real documents, and the config that feeds their ids to the
 # generator (scripts/schemathesis-seed.py).
 "$py" scripts/schemathesis-seed.py "$base" "$tmp"
@@ -134,6 +154,8 @@ run "API as account manager (all but admin, stream, logout)" dana \
     --exclude-path-regex '^/v1/(admin/|sync/stream$|sessions/current$)'
 run "admin API as operator" ops --include-path-regex '^/v1/admin/'
 run "logout (last, with its own token)" doomed --include-path /v1/sessions/current
+
+check_metrics "after the runs" || failed=1
 
 if grep -aq 'panicked at' "$tmp/server.log"; then
     echo "schemathesis: the server panicked:" >&2

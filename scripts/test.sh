@@ -39,6 +39,16 @@ fi
 echo "== tests"
 cargo test --locked --workspace
 
+# The server's .deb, from the debug build above (a release build would cost
+# minutes), extracted and started the way its systemd unit starts it:
+# server/tests/it/installed_package.rs, #[ignore]d in the run above.
+echo "== server package (installed layout)"
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+rm -rf "$target/debian-test"
+deb=$(scripts/server-package.sh --test-build "$target/debian-test")
+HOLDFAST_TEST_DEB="$deb" cargo test --locked --workspace installed_package -- --ignored
+
 # The keychain for real: the tests named *keychain* again, now on a private
 # D-Bus session with an unlocked gnome-keyring (scripts/with-keyring.sh sets
 # HOLDFAST_TEST_SECRET_SERVICE, so they run, and fail if the keyring fails).

@@ -42,6 +42,8 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "list_rejections",
         "resolve_rejection",
         "list_pending",
+        "list_held",
+        "export_held",
         "mark_startup",
     ]
 }

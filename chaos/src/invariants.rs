@@ -309,6 +309,9 @@ pub async fn keys(
         let who = format!("desk {} key {key} ({})", info.desk, info.act.describe());
         match info.state {
             KeyState::Queued => unsettled.push(format!("{who}: never answered")),
+            KeyState::Quarantined => unsettled.push(format!(
+                "{who}: the desk could not read its own act (quarantined)"
+            )),
             KeyState::Acked => match s {
                 Some(s) if s.success() => match s.version() {
                     Some(v) => by_order

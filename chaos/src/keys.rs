@@ -24,6 +24,20 @@ pub enum KeyState {
     Conflicted,
     Rejected,
     Superseded,
+    /// The desk could not read its own row (in quarantine): never expected
+    /// in a chaos run, where every desk is this build.
+    Quarantined,
+}
+
+impl KeyState {
+    fn of(status: Status) -> KeyState {
+        match status {
+            Status::Queued => KeyState::Queued,
+            Status::Conflict => KeyState::Conflicted,
+            Status::Rejected => KeyState::Rejected,
+            Status::Quarantined => KeyState::Quarantined,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -84,11 +98,7 @@ impl Keys {
                     self.resurrected.push(key.clone());
                 }
                 Some(row) => {
-                    let state = match row.status {
-                        Status::Queued => KeyState::Queued,
-                        Status::Conflict => KeyState::Conflicted,
-                        Status::Rejected => KeyState::Rejected,
-                    };
+                    let state = KeyState::of(row.status);
                     info.state = state;
                     if state == KeyState::Rejected && info.code.is_none() {
                         info.code = codes.get(key).cloned();
@@ -100,11 +110,7 @@ impl Keys {
             if self.map.contains_key(&row.key) {
                 continue;
             }
-            let state = match row.status {
-                Status::Queued => KeyState::Queued,
-                Status::Conflict => KeyState::Conflicted,
-                Status::Rejected => KeyState::Rejected,
-            };
+            let state = KeyState::of(row.status);
             self.map.insert(
                 row.key.clone(),
                 KeyInfo {

@@ -8,14 +8,17 @@
 
 use holdfast_chaos::{run, Config, Keep};
 
+// Without DATABASE_URL the binary says how to run it, once, and exits.
+holdfast_server::require_database_url!();
+
 const SEEDS: [u64; 3] = [1, 2, 3];
 const MUTATIONS_PER_SEED: u64 = 600;
 const KILLS_PER_SEED: u32 = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_seeds_of_chaos_keep_every_promise() {
-    let database_url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL must name a Postgres the suite may create databases in");
+    // Checked before main by require_database_url! below.
+    let database_url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     let mut total = 0;
     let mut failed = Vec::new();
     for seed in SEEDS {

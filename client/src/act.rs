@@ -10,8 +10,11 @@
 //! schema change, so it still applies after an upgrade:
 //!
 //! - schema 1: the API request alone (method, path, body); no typed act.
-//! - schema 2 (current): the typed act (a [`Mutation`] in its serde form)
-//!   beside the request. Upcaster 1 → 2 derives the act from the request.
+//! - schema 2: the typed act (a [`Mutation`] in its serde form) beside the
+//!   request. Upcaster 1 → 2 derives the act from the request.
+//! - schema 3 (current): the act in an [`Envelope`] that also names the app
+//!   version that queued it (what support asks first about a stuck or
+//!   quarantined act). Upcaster 2 → 3 wraps the act, with no version.
 //!
 //! An upcaster rewrites only the envelope. The request (method, path, body)
 //! is frozen when the act is queued: its fingerprint is bound to the
@@ -27,7 +30,7 @@ pub use holdfast_protocol::mutation::{header_changes, WireRequest};
 use serde_json::Value;
 
 /// The envelope schema this build writes.
-pub const SCHEMA: u32 = 2;
+pub const SCHEMA: u32 = 3;
 
 /// One user act on an order: the mutation it asks the server for. Base
 /// versions are the version of the order the user was looking at (see
@@ -44,6 +47,25 @@ pub enum ActError {
     Unreadable(String),
 }
 
+/// The `act` column of schema 3: the act and who queued it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Envelope {
+    /// The version of the app that queued the act (None: queued before
+    /// schema 3, when it was not recorded).
+    pub app: Option<String>,
+    pub mutation: Act,
+}
+
+impl Envelope {
+    /// `act`, as this build queues it.
+    pub fn new(act: &Act) -> Envelope {
+        Envelope {
+            app: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            mutation: act.clone(),
+        }
+    }
+}
+
 /// A pending row's envelope as stored, before upcasting.
 #[derive(Debug, Clone)]
 pub struct Stored {
@@ -57,7 +79,7 @@ pub struct Stored {
 type Upcaster = fn(Option<Value>, &WireRequest) -> Result<Value, ActError>;
 
 /// One upcaster per schema change, oldest first.
-const UPCASTERS: &[Upcaster] = &[upcast_1_to_2];
+const UPCASTERS: &[Upcaster] = &[upcast_1_to_2, upcast_2_to_3];
 
 /// Schema 1 kept only the request; the act is what the request says.
 fn upcast_1_to_2(_act: Option<Value>, request: &WireRequest) -> Result<Value, ActError> {
@@ -66,8 +88,19 @@ fn upcast_1_to_2(_act: Option<Value>, request: &WireRequest) -> Result<Value, Ac
     serde_json::to_value(act).map_err(|e| ActError::Unreadable(e.to_string()))
 }
 
+/// Schema 2 kept the act alone; nobody recorded which app queued it.
+fn upcast_2_to_3(act: Option<Value>, _request: &WireRequest) -> Result<Value, ActError> {
+    let act = act.ok_or(ActError::Unknown(2))?;
+    Ok(serde_json::json!({ "app": null, "mutation": act }))
+}
+
 /// Reads a stored envelope of any known schema as the current [`Act`].
 pub fn upcast(stored: &Stored) -> Result<Act, ActError> {
+    upcast_envelope(stored).map(|e| e.mutation)
+}
+
+/// Reads a stored envelope of any known schema as the current [`Envelope`].
+pub fn upcast_envelope(stored: &Stored) -> Result<Envelope, ActError> {
     if stored.schema > SCHEMA {
         return Err(ActError::TooNew(stored.schema));
     }
@@ -181,6 +214,29 @@ mod tests {
         });
         let read: Act = serde_json::from_value(patch.clone()).expect("patch row");
         assert_eq!(serde_json::to_value(&read).expect("json"), patch);
+    }
+
+    /// Schema 3 wraps the act with the app that queued it; a schema 2 row
+    /// reads as the same act, queued by an app nobody recorded.
+    #[test]
+    fn a_schema_2_row_upcasts_to_an_envelope_without_an_app() {
+        for act in every_act() {
+            let two = Stored {
+                schema: 2,
+                act: Some(serde_json::to_value(&act).expect("json")),
+                request: act.request(),
+            };
+            let read = upcast_envelope(&two).expect("upcast");
+            assert_eq!((read.app, read.mutation), (None, act.clone()));
+            let three = Stored {
+                schema: 3,
+                act: Some(serde_json::to_value(Envelope::new(&act)).expect("json")),
+                request: act.request(),
+            };
+            let read = upcast_envelope(&three).expect("read");
+            assert_eq!(read.app.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+            assert_eq!(read.mutation, act);
+        }
     }
 
     #[test]

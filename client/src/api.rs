@@ -9,7 +9,7 @@ use holdfast_protocol::model::{
     DeadLetteredOrders, LoginRequest, LoginResponse, OrderHistory, PushItem, PushRequest,
     PushResponse,
 };
-use holdfast_protocol::problem::Problem;
+use holdfast_protocol::problem::{Problem, ProblemCode};
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
@@ -47,6 +47,13 @@ impl ApiError {
 
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, ApiError::Status { status: 401, .. })
+    }
+
+    /// 410 `server_restored`: the server was restored from a backup since
+    /// the desk last pulled (see `crate::sync`).
+    pub fn is_server_restored(&self) -> bool {
+        matches!(self, ApiError::Status { status: 410, problem: Some(p), .. }
+            if p.code == ProblemCode::ServerRestored)
     }
 
     /// Whether the server could not be reached at all (vs. answered badly).
@@ -90,6 +97,9 @@ pub struct PullPage {
     pub changes: Vec<RawChange>,
     pub cursor: String,
     pub has_more: bool,
+    /// The server database's history (absent from servers that predate it).
+    #[serde(default)]
+    pub history: Option<String>,
 }
 
 /// Timeouts for the HTTP client.
@@ -197,11 +207,19 @@ impl Api {
         Ok(())
     }
 
-    /// `POST /v1/sync/push`.
-    pub async fn push(&self, items: Vec<PushItem>) -> Result<PushResponse, ApiError> {
+    /// `POST /v1/sync/push`, naming the server history of the desk's last
+    /// pull (a restored server then refuses it whole: 410 `server_restored`).
+    pub async fn push(
+        &self,
+        items: Vec<PushItem>,
+        history: Option<&str>,
+    ) -> Result<PushResponse, ApiError> {
         let body = PushRequest { mutations: items };
-        let (_, bytes) =
-            Self::send(self.request(Method::POST, "/v1/sync/push").json(&body)).await?;
+        let mut req = self.request(Method::POST, "/v1/sync/push").json(&body);
+        if let Some(history) = history {
+            req = req.header("holdfast-history", history);
+        }
+        let (_, bytes) = Self::send(req).await?;
         Self::decode(&bytes)
     }
 

@@ -3,8 +3,9 @@
 //! off with full jitter on network errors and 5xx (honouring Retry-After);
 //! retry at once when connectivity returns.
 //!
-//! Exactly once, in order, across crashes: a pending row is deleted only in
-//! the transaction that records the server's answer to it, and a row is sent
+//! Exactly once, in order, across crashes: a pending row leaves the queue
+//! (for the journal of acknowledged acts) only in the transaction that
+//! records the server's answer to it, and a row is sent
 //! only when every earlier row of its order is settled (sent and answered in
 //! this batch, or done). A crash anywhere re-sends the same keys, which the
 //! server replays; the batch answers `blocked_by_earlier` for a later act on
@@ -12,6 +13,16 @@
 //!
 //! Per-document head-of-line blocking: a conflict or a rejection holds only
 //! its own order's later acts; every other order keeps syncing.
+//!
+//! A server restored from a backup is back where the backup was taken: what
+//! the desk mirrors may be newer, and the acts it acknowledged since are gone
+//! from it. The desk hears it as 410 `server_restored` (its pushes name the
+//! server history of its last pull, its cursor carries it), clears its
+//! mirrors, pulls everything again, and then queues again, in their old
+//! places, exactly the journaled acts (`store::acked`) the restored documents
+//! do not show. They are applied afresh under their own keys — clean
+//! re-applies, not replays: the restored server never saw those keys — and
+//! nothing the server still has is sent twice.
 //!
 //! After a pass that pulled, at most once a minute, the desk also asks which
 //! orders have a dead-lettered partner delivery (`refresh_order_flags`): a
@@ -36,8 +47,8 @@ use crate::api::{Api, ApiError, PullPage, SseParser};
 use crate::engine::{problem_of, Engine, EngineEvent, Error, Result};
 use crate::store::pending::{self, Row, Status, Visit};
 use crate::store::{
-    conflicts, customers, invoices, now_ms, order_flags, orders, price_lists, rejections, skus,
-    sync_state, StoreError, SyncLock,
+    acked, conflicts, customers, invoices, now_ms, order_flags, orders, price_lists, rejections,
+    skus, sync_state, unreadable, StoreError, SyncLock,
 };
 
 /// What one pass did.
@@ -55,6 +66,9 @@ pub struct SyncReport {
     /// Documents the pull brought.
     pub pulled: usize,
     pub pushes: usize,
+    /// The server had been restored from a backup: journaled acts it lacked,
+    /// queued again (and sent again in this pass, under their own keys).
+    pub requeued: usize,
 }
 
 /// How one push result is handled.
@@ -95,7 +109,12 @@ impl Engine {
         let mut report = SyncReport::default();
         let result = async {
             self.push_locked(&api, &mut report).await?;
-            self.pull_locked(&api, &mut report).await
+            if self.pull_locked(&api, &mut report).await? {
+                // Caught up with a restored server: what it lacked is queued
+                // again, in its old places; send it now.
+                self.push_locked(&api, &mut report).await?;
+            }
+            Ok(())
         }
         .await;
         let report = self.finish_pass(&api, result, report)?;
@@ -117,7 +136,7 @@ impl Engine {
         let _lock = self.lock_sync().await?;
         let api = self.api()?;
         let mut report = SyncReport::default();
-        let result = self.pull_locked(&api, &mut report).await;
+        let result = self.pull_locked(&api, &mut report).await.map(|_| ());
         let report = self.finish_pass(&api, result, report)?;
         self.refresh_order_flags(&api).await;
         Ok(report)
@@ -221,35 +240,55 @@ impl Engine {
     }
 
     /// The next rows to send: in the user's order, skipping every order that
-    /// has an earlier row not being sent now (held, or waiting to retry).
+    /// has an earlier row not being sent now (held, in quarantine, or
+    /// waiting to retry). A row this build cannot read is put in quarantine
+    /// here, and the batch picked again: it holds its order from then on.
     fn next_batch(&self, now: i64) -> Result<Vec<Row>> {
         let config = self.config();
         let max_items = config.batch_size.clamp(1, 500);
-        let mut blocked: HashSet<Uuid> = HashSet::new();
-        let (mut items, mut bytes) = (0usize, 0usize);
-        let batch = self.inner.store.read(|tx| {
-            pending::scan(tx, |head| {
-                if blocked.contains(&head.order_id) {
-                    return Visit::Skip;
+        loop {
+            let mut blocked: HashSet<Uuid> = HashSet::new();
+            let (mut items, mut bytes) = (0usize, 0usize);
+            let found = self.inner.store.read(|tx| {
+                pending::scan(tx, |head| {
+                    if blocked.contains(&head.order_id) {
+                        return Visit::Skip;
+                    }
+                    if head.status != Status::Queued || head.next_attempt_at > now {
+                        blocked.insert(head.order_id);
+                        return Visit::Skip;
+                    }
+                    let size = head.request_bytes + 128;
+                    if items >= max_items || (items > 0 && bytes + size > config.batch_bytes) {
+                        return Visit::Stop;
+                    }
+                    items += 1;
+                    bytes += size;
+                    Visit::Take
+                })
+            })?;
+            if found.unreadable.is_empty() {
+                return Ok(found.taken);
+            }
+            self.inner.store.write(|tx| {
+                for (seq, why) in &found.unreadable {
+                    tracing::warn!(seq, error = %why, "quarantining a pending act this build cannot read");
+                    pending::quarantine(tx, *seq, why, now)?;
                 }
-                if head.status != Status::Queued || head.next_attempt_at > now {
-                    blocked.insert(head.order_id);
-                    return Visit::Skip;
-                }
-                let size = head.request_bytes + 128;
-                if items >= max_items || (items > 0 && bytes + size > config.batch_bytes) {
-                    return Visit::Stop;
-                }
-                items += 1;
-                bytes += size;
-                Visit::Take
-            })
-        })?;
-        Ok(batch)
+                Ok(())
+            })?;
+            self.emit(EngineEvent::Changed);
+        }
     }
 
     async fn push_locked(&self, api: &Api, report: &mut SyncReport) -> Result<()> {
         loop {
+            let state = self.inner.store.read(sync_state::get)?;
+            if state.restore_started_at.is_some() {
+                // Still catching up with a restored server: the queue must
+                // wait for the acts it lost to be queued again before it.
+                return Ok(());
+            }
             let now = now_ms();
             let batch = self.next_batch(now)?;
             if batch.is_empty() {
@@ -266,8 +305,13 @@ impl Engine {
                 .collect();
             report.pushes += 1;
             let started = std::time::Instant::now();
-            let resp = match api.push(items).await {
+            let resp = match api.push(items, state.history.as_deref()).await {
                 Ok(resp) => resp,
+                Err(e) if e.is_server_restored() => {
+                    // Nothing ran. The pull that follows catches up.
+                    self.server_restored()?;
+                    return Ok(());
+                }
                 Err(e) => {
                     if !e.is_unauthorized() {
                         let msg = e.to_string();
@@ -356,20 +400,30 @@ impl Engine {
         Ok(settled)
     }
 
-    async fn pull_locked(&self, api: &Api, report: &mut SyncReport) -> Result<()> {
+    /// Pulls until caught up. Returns true when this caught up with a server
+    /// restored from a backup and queued again the journaled acts it lacks
+    /// (the caller pushes them).
+    async fn pull_locked(&self, api: &Api, report: &mut SyncReport) -> Result<bool> {
         loop {
             let cursor = self.inner.store.read(sync_state::get)?.cursor;
             let started = std::time::Instant::now();
-            let page: PullPage = api
-                .pull(cursor.as_deref(), self.config().pull_limit)
-                .await?;
+            let page: PullPage = match api.pull(cursor.as_deref(), self.config().pull_limit).await {
+                Ok(page) => page,
+                // Only a cursor can be of another history: without one the
+                // answer is not ours to act on (and would loop).
+                Err(e) if e.is_server_restored() && cursor.is_some() => {
+                    self.server_restored()?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let fetched = started.elapsed();
             let now = now_ms();
             self.inner.store.write(|tx| {
                 for change in &page.changes {
                     apply_change(tx, change)?;
                 }
-                sync_state::set_cursor(tx, &page.cursor, now)
+                sync_state::set_cursor(tx, &page.cursor, page.history.as_deref(), now)
             })?;
             report.pulled += page.changes.len();
             tracing::info!(
@@ -379,9 +433,61 @@ impl Engine {
                 "pulled a page"
             );
             if !page.has_more {
-                return Ok(());
+                return self.catch_up_with_restore(report);
             }
         }
+    }
+
+    /// The server answered 410 `server_restored`: it was restored from a
+    /// backup and is back where the backup was taken. What the desk mirrors
+    /// may be newer than it (the mirror only moves forward, so it is
+    /// cleared), its cursor is of the old history, and the acts it
+    /// acknowledged after the backup are gone from the server (they are in
+    /// the journal, `store::acked`). Pull everything from the start; once
+    /// caught up, [`Engine::catch_up_with_restore`] queues those acts again.
+    /// Until then nothing is pushed: the queue was made on top of them.
+    fn server_restored(&self) -> Result<()> {
+        let now = now_ms();
+        self.inner.store.write(|tx| {
+            crate::store::reset_mirrors(tx)?;
+            sync_state::restore_began(tx, now)
+        })?;
+        tracing::warn!(
+            "the server was restored from a backup: pulling everything again; acts it lost \
+             will be sent again"
+        );
+        self.emit(EngineEvent::Changed);
+        Ok(())
+    }
+
+    /// After a pull that caught up: if the desk was catching up with a
+    /// restored server, every journaled act the server's documents do not
+    /// show goes back into the queue, in its old place, to be applied afresh
+    /// under its own key (see `store::acked` for how the versions tell).
+    /// True if that happened.
+    fn catch_up_with_restore(&self, report: &mut SyncReport) -> Result<bool> {
+        let state = self.inner.store.read(sync_state::get)?;
+        if state.restore_started_at.is_none() {
+            return Ok(false);
+        }
+        let now = now_ms();
+        let done = self.inner.store.write(|tx| {
+            let done = acked::requeue_missing(
+                tx,
+                now,
+                "the server was restored from a backup taken before this act landed: sent again",
+            )?;
+            sync_state::restore_caught_up(tx)?;
+            Ok(done)
+        })?;
+        report.requeued += done.requeued;
+        tracing::warn!(
+            requeued = done.requeued,
+            present = done.present,
+            "caught up with the restored server: acknowledged acts it lacked are queued again"
+        );
+        self.emit(EngineEvent::Changed);
+        Ok(true)
     }
 
     /// Keeps this store in sync until `shutdown` resolves: a pass whenever
@@ -478,9 +584,10 @@ fn record_one(
     body: &Value,
     now: i64,
 ) -> Result<Outcome, StoreError> {
+    let keep_ms = engine.config().journal_retention.as_millis() as i64;
     if (200..300).contains(&status) {
-        apply_success(tx, row, body)?;
-        pending::delete(tx, row.seq)?;
+        let version = apply_success(tx, row, body)?;
+        acked::record(tx, row.seq, version, now, keep_ms)?;
         return Ok(Outcome::Applied);
     }
     let problem = problem_of(status, body);
@@ -500,7 +607,8 @@ fn record_one(
                 // Ids are minted here (v7) and never reused: an order with
                 // this id is the one this act created, on an earlier attempt
                 // whose answer was lost and whose key has since expired.
-                pending::delete(tx, row.seq)?;
+                // A create makes version 1.
+                acked::record(tx, row.seq, Some(1), now, keep_ms)?;
                 return Ok(Outcome::Applied);
             }
             pending::set_status(tx, row.seq, Status::Conflict, "version conflict")?;
@@ -567,8 +675,9 @@ fn detail(p: &holdfast_protocol::problem::Problem) -> String {
 
 /// A 2xx: the returned document is the server's state after the act. The
 /// act happened whatever the body says, so a body we cannot read is logged
-/// and left to the next pull, never a reason to send the act again.
-fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<(), StoreError> {
+/// and left to the next pull, never a reason to send the act again. Returns
+/// the order's version in the answer (the one the act made), if readable.
+fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<Option<i64>, StoreError> {
     let unreadable = |e: serde_json::Error| {
         tracing::warn!(key = %row.key, error = %e, "applied, but the answer is unreadable");
     };
@@ -581,23 +690,37 @@ fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<(), St
                             skus::set_ats(tx, line.sku_id, r.ats_after)?;
                         }
                     }
+                    Ok(Some(r.order.version))
                 }
-                Err(e) => unreadable(e),
+                Err(e) => {
+                    unreadable(e);
+                    Ok(None)
+                }
             }
         }
         _ => match Order::deserialize(body) {
             Ok(order) => {
                 orders::upsert(tx, &order)?;
+                Ok(Some(order.version))
             }
-            Err(e) => unreadable(e),
+            Err(e) => {
+                unreadable(e);
+                Ok(None)
+            }
         },
     }
-    Ok(())
 }
 
 /// One change of the pull feed into the mirrors. Pending acts are untouched:
 /// their bases stay what the user saw (see [`crate::engine`]).
-fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<(), StoreError> {
+///
+/// A document this build cannot read (a newer server's status or field, a
+/// kind it does not know) neither fails the page (a stuck feed would stop
+/// every other document) nor is dropped (the cursor moves past it): it is
+/// kept whole in [`unreadable`], shown as needing a newer app, and applied
+/// when a build that reads it opens the store ([`reapply_unreadable`]).
+/// Returns whether the document was read (false: kept for a newer app).
+fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<bool, StoreError> {
     let Some(data) = &change.data else {
         match change.kind.as_str() {
             "order" => orders::delete(tx, change.id)?,
@@ -607,51 +730,66 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
             "price_list" => price_lists::delete(tx, change.id)?,
             _ => {}
         }
-        return Ok(());
+        unreadable::forget(tx, &change.kind, change.id, change.version)?;
+        return Ok(true);
     };
-    // A document this build cannot read is skipped with a warning rather
-    // than failing the page: a stuck feed would stop every other document.
-    fn read<T: serde::de::DeserializeOwned>(
-        change: &crate::api::RawChange,
-        data: &Value,
-    ) -> Option<T> {
-        T::deserialize(data)
-            .map_err(|e| {
-                tracing::warn!(kind = %change.kind, id = %change.id, error = %e,
-                    "skipping a pulled document this build cannot read");
-            })
-            .ok()
-    }
-    match change.kind.as_str() {
-        "order" => {
-            if let Some(o) = read::<Order>(change, data) {
-                orders::upsert(tx, &o)?;
-                conflicts::refresh_theirs(tx, &o)?;
-            }
-        }
-        "sku" => {
-            if let Some(s) = read::<Sku>(change, data) {
-                skus::upsert(tx, &s, change.version)?;
-            }
-        }
+    let applied = match change.kind.as_str() {
+        "order" => Order::deserialize(data).map(|o| -> Result<(), StoreError> {
+            orders::upsert(tx, &o)?;
+            conflicts::refresh_theirs(tx, &o)
+        }),
+        "sku" => Sku::deserialize(data).map(|s| skus::upsert(tx, &s, change.version)),
         "customer" => {
-            if let Some(c) = read::<Customer>(change, data) {
-                customers::upsert(tx, &c, change.version)?;
-            }
+            Customer::deserialize(data).map(|c| customers::upsert(tx, &c, change.version))
         }
-        "invoice" => {
-            if let Some(i) = read::<Invoice>(change, data) {
-                invoices::upsert(tx, &i, change.version)?;
-            }
+        "invoice" => Invoice::deserialize(data).map(|i| invoices::upsert(tx, &i, change.version)),
+        "price_list" => PriceList::deserialize(data)
+            .map(|p| price_lists::upsert(tx, &p, change.version).map(|_| ())),
+        other => Err(serde::de::Error::custom(format!(
+            "this build does not know documents of kind {other:?}"
+        ))),
+    };
+    match applied {
+        Ok(stored) => {
+            stored?;
+            unreadable::forget(tx, &change.kind, change.id, change.version)?;
+            Ok(true)
         }
-        "price_list" => {
-            if let Some(p) = read::<PriceList>(change, data) {
-                price_lists::upsert(tx, &p, change.version)?;
-            }
+        Err(e) => {
+            tracing::warn!(kind = %change.kind, id = %change.id, version = change.version, error = %e,
+                "keeping a pulled document this build cannot read; it needs a newer app");
+            let reason = e.to_string();
+            unreadable::keep(
+                tx,
+                &change.kind,
+                change.id,
+                change.version,
+                data,
+                &reason,
+                now_ms(),
+            )?;
+            Ok(false)
         }
-        other => tracing::debug!(kind = other, "skipping a change of an unknown kind"),
     }
-    Ok(())
+}
+
+/// Applies every kept document this build can read now (the app was
+/// upgraded since it was pulled), as the pull would have; the rest stay.
+/// Returns how many were applied.
+pub(crate) fn reapply_unreadable(tx: &Transaction<'_>) -> Result<usize, StoreError> {
+    let mut applied = 0;
+    for doc in unreadable::all(tx)? {
+        let change = crate::api::RawChange {
+            kind: doc.kind,
+            id: doc.id,
+            version: doc.version,
+            data: Some(doc.doc),
+        };
+        if apply_change(tx, &change)? {
+            applied += 1;
+        }
+    }
+    Ok(applied)
 }
 
 /// Listens to `/v1/sync/stream` for as long as the engine runs: every

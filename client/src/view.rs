@@ -213,6 +213,11 @@ pub struct OrderView {
     /// an operator to requeue it. As of the desk's last ask (at most a
     /// minute old while online; the last answer while offline).
     pub dead_lettered: bool,
+    /// Part of this order needs a newer app: the server's latest version
+    /// of it, or one of the user's acts on it, is something this build
+    /// cannot read (kept, listed by `Engine::held`). What the desk shows
+    /// is the last version it could read, and the order's later acts wait.
+    pub needs_newer_app: bool,
 }
 
 /// One row of the order desk: an order as the user sees it, without its
@@ -233,6 +238,8 @@ pub struct OrderSummary {
     /// A partner delivery of this order's events is dead-lettered on the
     /// server (as `OrderView::dead_lettered`).
     pub dead_lettered: bool,
+    /// As `OrderView::needs_newer_app`.
+    pub needs_newer_app: bool,
 }
 
 /// An order's header: its document without the lines.
@@ -264,6 +271,7 @@ impl OrderSummary {
         OrderSummary {
             stuck,
             dead_lettered: view.dead_lettered,
+            needs_newer_app: view.needs_newer_app,
             badge: view.badge,
             pending_count: view.pending.len(),
             line_count: o.lines.len(),
@@ -346,6 +354,7 @@ pub fn order_view(
         pending: rows.iter().map(PendingMark::of).collect(),
         pending_fields: fields,
         dead_lettered,
+        needs_newer_app: false,
     })
 }
 
@@ -490,6 +499,7 @@ mod tests {
             pending: vec![mark.clone(), mark],
             pending_fields: vec![],
             dead_lettered: true,
+            needs_newer_app: false,
         };
         // Stuck only when an act was queued by the cutoff (and there is one).
         assert!(!OrderSummary::of(view.clone(), None).stuck);

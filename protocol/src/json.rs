@@ -55,7 +55,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
 /// [`parse`] without the U+0000 check, for a body whose parts are judged one
 /// by one (batch push: each item gets its own answer).
 pub fn parse_keeping_nul<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+    if let Err(e) = serde_json::from_slice::<UniqueMembers>(bytes) {
         return Err(BodyError::Malformed(e.to_string()));
     }
     let de = &mut serde_json::Deserializer::from_slice(bytes);
@@ -64,6 +64,78 @@ pub fn parse_keeping_nul<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyErr
         let message = e.inner().to_string();
         BodyError::invalid(field_name(&path, &message), strip_position(&message))
     })
+}
+
+/// Syntax check that also refuses an object naming a member twice
+/// (`{"qty": 1, "qty": 1000}`). RFC 8259 leaves such objects' meaning open
+/// and parsers disagree (serde_json keeps the last, others the first or
+/// fail), so a proxy, a partner and this server could each read a different
+/// request; and once parsed into a `Value` the duplicate is gone, so the
+/// idempotency fingerprint could not tell the two readings apart. Refused
+/// as `malformed_json`, at any depth, before anything else reads the body.
+struct UniqueMembers;
+
+impl<'de> serde::Deserialize<'de> for UniqueMembers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueMembersVisitor)
+    }
+}
+
+struct UniqueMembersVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueMembersVisitor {
+    type Value = UniqueMembers;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueMembers, E> {
+        Ok(UniqueMembers)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<UniqueMembers, A::Error> {
+        while seq.next_element::<UniqueMembers>()?.is_some() {}
+        Ok(UniqueMembers)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<UniqueMembers, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        // Keys as owned strings: a key with an escape (`"q\u0074y"`) is not
+        // borrowable from the input, and is the same name as `"qty"`.
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "the member \"{}\" appears twice in one object",
+                    key.escape_debug()
+                )));
+            }
+            seen.insert(key);
+            map.next_value::<UniqueMembers>()?;
+        }
+        Ok(UniqueMembers)
+    }
 }
 
 /// An already parsed body as `T`, with the same field naming as [`parse`].
@@ -149,6 +221,28 @@ mod tests {
             BodyError::Invalid(e) => e.field,
             other => panic!("expected validation_failed, got {other:?}"),
         }
+    }
+
+    /// Before: serde_json kept the last `qty` and the request ran as 1000.
+    #[test]
+    fn a_member_named_twice_is_malformed_at_any_depth() {
+        for body in [
+            &br#"{"qty": 1, "qty": 1000}"#[..],
+            br#"{"base_version": 1, "set": {"notes": "a", "notes": "b"}}"#,
+            br#"{"mutations": [{"body": {"qty": 1, "q\u0074y": 2}}]}"#,
+            br#"[{"a": {"b": [{"c": 1, "c": 1}]}}]"#,
+        ] {
+            let err = parse::<Value>(body).expect_err("duplicate");
+            assert!(
+                matches!(&err, BodyError::Malformed(why) if why.contains("appears twice")),
+                "{}: {err:?}",
+                String::from_utf8_lossy(body)
+            );
+            assert_eq!(err.to_problem().code, ProblemCode::MalformedJson);
+            assert!(parse_keeping_nul::<Value>(body).is_err());
+        }
+        // The same name in sibling objects is two members, not a duplicate.
+        parse::<Value>(br#"[{"qty": 1}, {"qty": 2, "x": {"qty": 3}}]"#).expect("distinct objects");
     }
 
     #[test]

@@ -146,6 +146,11 @@ pub struct Invoice {
     pub amount: i64,
     pub status: InvoiceStatus,
     pub paid_at: Option<DateTime<Utc>>,
+    /// What the payment provider has reported paid so far (v1.1, issue 15):
+    /// below `amount` the invoice still awaits payment; above it, it was
+    /// over-paid. Absent from servers before it: read as 0.
+    #[serde(default)]
+    pub amount_paid: i64,
 }
 
 // ---------------------------------------------------------------- sessions
@@ -531,6 +536,13 @@ pub struct PullResponse {
     pub changes: Vec<Change>,
     pub cursor: String,
     pub has_more: bool,
+    /// The history of the server's database this page was read in. A
+    /// restore from a backup starts a new one; a desk sends the one it last
+    /// pulled in as `Holdfast-History` on its pushes, and a server of another
+    /// history answers 410 `server_restored` rather than apply them. Absent
+    /// from servers that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Uuid>,
 }
 
 #[cfg(test)]

@@ -35,6 +35,11 @@ pub enum ProblemCode {
     /// connections: retry after `Retry-After` (with the same key; a retry
     /// never doubles anything).
     ServiceUnavailable,
+    /// The server's database was restored from a backup since the desk last
+    /// pulled: the cursor (or the `Holdfast-History` of a push) names the
+    /// history before the restore. Nothing was applied; pull again from the
+    /// start and re-send what the restored server lacks.
+    ServerRestored,
 }
 
 impl ProblemCode {
@@ -51,6 +56,7 @@ impl ProblemCode {
             UnsupportedMediaType => 415,
             IdempotencyKeyReused | InsufficientAts | OverAllocation | InvalidState
             | CreditLimitExceeded => 422,
+            ServerRestored => 410,
             BlockedByEarlier => 424,
             RateLimited => 429,
             Internal => 500,
@@ -82,6 +88,7 @@ impl ProblemCode {
             RateLimited => "rate_limited",
             Internal => "internal",
             ServiceUnavailable => "service_unavailable",
+            ServerRestored => "server_restored",
         }
     }
 
@@ -110,6 +117,7 @@ impl ProblemCode {
             RateLimited => "Too many requests",
             Internal => "Internal server error",
             ServiceUnavailable => "Service temporarily unavailable",
+            ServerRestored => "The server was restored from a backup",
         }
     }
 

@@ -23,6 +23,11 @@ pub struct Caller {
     pub token_id: Uuid,
     pub role: Role,
     pub display_name: String,
+    /// The primary's WAL insert position when the token was looked up (None
+    /// when the database is not a primary): a read on a replica waits until
+    /// the replica has replayed past it, so it sees every write that had
+    /// finished when the request arrived (`db/reads.rs`).
+    pub primary_wal: Option<crate::db::reads::WalPosition>,
 }
 
 impl Caller {

@@ -19,8 +19,16 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP API (prints `listening on http://ADDR` once it accepts requests).
+    /// Run the HTTP API (prints `listening on http://ADDR` once it accepts
+    /// requests). Settings come from flags, then HOLDFAST_* environment
+    /// variables, then the config file (/etc/holdfast/server.toml if it
+    /// exists, or --config FILE), then the defaults shown here.
     Serve(ServeConfig),
+    /// Print the configuration `serve` would run with, given the same flags,
+    /// environment and config file: every setting, its value and where it came
+    /// from (flag, env, file, default), secrets redacted. Exit status 1, naming
+    /// the key, when the file has an unknown key or any setting a bad value.
+    CheckConfig(ServeConfig),
     /// Manage a private Postgres cluster by hand (used by `make test`).
     #[command(subcommand)]
     Postgres(PostgresCommand),
@@ -35,6 +43,29 @@ pub enum Command {
     /// Tenants, made on the server host (never over HTTP; see `tenant create --help`).
     #[command(subcommand)]
     Tenant(TenantCommand),
+    /// Apply this build's missing schema migrations and exit (prints what it
+    /// applied, or that the schema is current). With several instances on one
+    /// database: run this once per upgrade, start them with `serve --no-migrate`.
+    Migrate(crate::schema::MigrateConfig),
+    /// Write a consistent backup of the running database (the embedded
+    /// cluster or DATABASE_URL's) to a file, without stopping anything.
+    #[command(
+        after_help = "The file is pg_dump's custom format, written as FILE.part and \
+                            renamed when complete; it holds password and token hashes, so it is \
+                            created readable by its owner only. Restore it with `holdfast-server \
+                            restore --from FILE --data-dir EMPTY_DIR`."
+    )]
+    Backup(crate::backup::BackupConfig),
+    /// Make a new embedded cluster (or fill an empty database) from a backup,
+    /// ready for `serve`. Desks that synced with the old server notice, pull
+    /// everything again and re-send their acts the backup lacks.
+    #[command(
+        after_help = "Example:\n  holdfast-server restore --from /backups/holdfast.dump \
+                            --data-dir /var/lib/holdfast-restored\n  holdfast-server serve \
+                            --data-dir /var/lib/holdfast-restored\n\nThe target must be new or \
+                            empty; nothing existing is ever overwritten."
+    )]
+    Restore(crate::backup::RestoreConfig),
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,26 +146,53 @@ pub enum PostgresCommand {
     },
 }
 
-/// Configuration of `serve`. Every flag also reads `HOLDFAST_<NAME>`.
+/// Configuration of `serve`. Every flag also reads `HOLDFAST_<NAME>` and the
+/// config file's `<name>` key (see `config_file`).
 #[derive(Clone, Args)]
 pub struct ServeConfig {
+    /// The config file (TOML): every setting below as a top-level
+    /// `snake_case` key, e.g. `db_pool_size = 16`. Flags and environment
+    /// variables override it. Without this flag /etc/holdfast/server.toml is
+    /// read if it exists; named here, it must exist.
+    #[arg(long, env = "HOLDFAST_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Address to listen on; port 0 picks a free one (printed in the `listening on` line).
     #[arg(long, env = "HOLDFAST_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
     /// Where the embedded Postgres cluster lives when DATABASE_URL is not set.
-    /// Default: the platform data dir (/var/lib/holdfast when run as root, so the
-    /// `postgres` user can reach it).
+    /// Default: $STATE_DIRECTORY under systemd (/var/lib/holdfast for the
+    /// packaged unit), else /var/lib/holdfast when run as root (so the
+    /// `postgres` user can reach it) or as the user owning it (the package's
+    /// `holdfast`), else $XDG_DATA_HOME/holdfast.
     #[arg(long, env = "HOLDFAST_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// Use this Postgres instead of the embedded cluster.
+    /// Use this Postgres instead of the embedded cluster
+    /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// A streaming replica (hot standby) of the database, for desks' reads:
+    /// the pull feed and GET of orders, SKUs, customers, invoices and price
+    /// lists. Each such read waits (up to 500 ms) for the replica to replay
+    /// the primary's WAL as of the request's arrival, else runs on the
+    /// primary; writes, sign-in and token checks always use the primary.
+    #[arg(long, env = "HOLDFAST_READ_DATABASE_URL", hide_env_values = true)]
+    pub read_database_url: Option<String>,
 
     /// Seed the demo tenants, users, customers and SKUs (once; a second run changes nothing).
     #[arg(long, env = "HOLDFAST_DEMO")]
     pub demo: bool,
+
+    /// Do not touch the schema: with several instances on one database, run
+    /// `holdfast-server migrate` once per upgrade and start every instance
+    /// with this. Refuses to start (one line naming both versions) while the
+    /// schema is older than this build needs; serves a newer one (as during a
+    /// rolling upgrade) with a warning.
+    #[arg(long, env = "HOLDFAST_NO_MIGRATE")]
+    pub no_migrate: bool,
 
     /// Database connections in the pool.
     #[arg(long, env = "HOLDFAST_DB_POOL_SIZE", default_value_t = 32)]
@@ -161,6 +219,19 @@ pub struct ServeConfig {
     /// within this window are recognised as duplicates (hours).
     #[arg(long, env = "HOLDFAST_INBOX_RETENTION_HOURS", default_value_t = 720)]
     pub inbox_retention_hours: u32,
+
+    /// A client must send each request head (and, on a kept-alive
+    /// connection, the next one) within this, or its connection is closed:
+    /// connections that never finish their headers hold nothing for long.
+    #[arg(long, env = "HOLDFAST_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout_secs: u64,
+
+    /// Connections served at once; past it new ones wait in the kernel's
+    /// accept backlog until one closes.
+    #[arg(long, env = "HOLDFAST_HTTP_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_max_connections: u64,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "HOLDFAST_LOG_JSON")]
@@ -223,13 +294,19 @@ impl std::fmt::Debug for ServeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password.
         f.debug_struct("ServeConfig")
+            .field("config", &self.config)
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
             .field(
                 "database_url",
                 &self.database_url.as_ref().map(|_| "<redacted>"),
             )
+            .field(
+                "read_database_url",
+                &self.read_database_url.as_ref().map(|_| "<redacted>"),
+            )
             .field("demo", &self.demo)
+            .field("no_migrate", &self.no_migrate)
             .field("db_pool_size", &self.db_pool_size)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field(
@@ -238,6 +315,8 @@ impl std::fmt::Debug for ServeConfig {
             )
             .field("outbox_retention_hours", &self.outbox_retention_hours)
             .field("inbox_retention_hours", &self.inbox_retention_hours)
+            .field("http_header_timeout_secs", &self.http_header_timeout_secs)
+            .field("http_max_connections", &self.http_max_connections)
             .field("log_json", &self.log_json)
             .field("relay", &self.relay)
             .finish()
@@ -382,11 +461,29 @@ impl TenantCreateConfig {
     }
 }
 
-/// The platform data dir: a root server keeps it where the `postgres` system
-/// user can reach it.
+/// The platform data dir: the one systemd made for the unit
+/// (`StateDirectory=`), else, for a root server, where the `postgres` system
+/// user can reach it; /var/lib/holdfast too for the user owning it, so host
+/// commands run as the package's `holdfast` user find the service's cluster.
 pub fn default_data_dir() -> PathBuf {
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/var/lib/holdfast");
+    // Several directories are separated by ':'; the unit names one.
+    if let Some(state) = std::env::var_os("STATE_DIRECTORY") {
+        if let Some(first) = std::env::split_paths(&state).next() {
+            if first.is_absolute() {
+                return first;
+            }
+        }
+    }
+    let system = PathBuf::from("/var/lib/holdfast");
+    let euid = nix::unistd::geteuid();
+    if euid.is_root() {
+        return system;
+    }
+    {
+        use std::os::unix::fs::MetadataExt;
+        if std::fs::metadata(&system).is_ok_and(|m| m.uid() == euid.as_raw()) {
+            return system;
+        }
     }
     let base = std::env::var_os("XDG_DATA_HOME")
         .map(PathBuf::from)

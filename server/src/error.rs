@@ -65,6 +65,12 @@ impl Error {
     pub fn to_problem(&self) -> Problem {
         match self {
             Error::Problem(p) => (**p).clone(),
+            Error::Internal(e) if is_row_lock_timeout(e) => Problem::new(
+                ProblemCode::ServiceUnavailable,
+                "another change to the same stock or order is taking too long to finish; \
+                 nothing was stored; retry shortly (a mutation with the same Idempotency-Key)",
+            )
+            .with("retry_after", UNAVAILABLE_RETRY_AFTER_SECS),
             Error::Internal(e) if unavailable_cause(e).is_some() => Problem::new(
                 ProblemCode::ServiceUnavailable,
                 "the database is unavailable right now; retry shortly (a mutation with the same Idempotency-Key)",
@@ -79,6 +85,17 @@ impl Error {
 
 /// What a 503 tells the caller to wait before retrying.
 pub(crate) const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 2;
+
+/// True when `e` is our `lock_timeout` expiring on a row lock: the engine's
+/// `ROW_LOCK_TIMEOUT` (the key's own wait is answered `request_in_flight`
+/// by `idempotency::claim_in_tx` before it can become an error). Not an
+/// outage — the database serves everyone else — so a batch answers that
+/// item alone 503 and runs the others.
+pub(crate) fn is_row_lock_timeout(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|cause| cause.downcast_ref::<sqlx::Error>())
+        .any(|e| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03")))
+}
 
 /// The database error behind `e`, if it means "the database is unavailable
 /// right now" rather than a bug.

@@ -2,7 +2,9 @@
 //! [`serve`]; tests build [`http::router`] over their own database.
 
 pub mod auth;
+pub mod backup;
 pub mod config;
+pub mod config_file;
 pub mod db;
 pub mod demo;
 pub mod engine;
@@ -19,7 +21,10 @@ pub mod pg;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod relay;
+pub mod schema;
+pub mod systemd;
 pub mod telemetry;
+pub mod testing;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,7 +41,11 @@ use crate::pg::EmbeddedPostgres;
 /// What every request handler can reach. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
+    /// The primary: every write, and every read not listed in `db/reads.rs`.
     pub db: PgPool,
+    /// Where desks' document reads run: the primary, or a streaming replica
+    /// that has caught up (`--read-database-url`, `db/reads.rs`).
+    pub reads: db::reads::Reads,
     pub metrics: Arc<metrics::Metrics>,
     /// Live pokes for `/v1/sync/stream`, fed by the process's one LISTEN
     /// connection (started in [`run`]).
@@ -45,17 +54,34 @@ pub struct AppState {
     pub allow_private_targets: bool,
     /// Sign-in throttling (per account and per client address).
     pub login_limiter: Arc<ratelimit::LoginLimiter>,
+    /// Header-read timeout and connection cap of the accept loop.
+    pub connection_limits: http::serve::ConnectionLimits,
 }
 
 impl AppState {
     pub fn new(db: PgPool) -> Self {
         AppState {
+            reads: db::reads::Reads::primary_only(db.clone()),
             db,
             metrics: metrics::Metrics::global(),
             hub: feed::Hub::new(),
             allow_private_targets: false,
             login_limiter: Arc::default(),
+            connection_limits: Default::default(),
         }
+    }
+
+    /// Other connection bounds than the defaults (config flags, tests).
+    pub fn with_connection_limits(mut self, limits: http::serve::ConnectionLimits) -> Self {
+        self.connection_limits = limits;
+        self
+    }
+
+    /// Desks' document reads on this streaming replica of `db` whenever it
+    /// has caught up within `max_wait` (`db/reads.rs`).
+    pub fn with_read_replica(mut self, replica: PgPool, max_wait: Duration) -> Self {
+        self.reads = db::reads::Reads::with_replica(self.db.clone(), replica, max_wait);
+        self
     }
 
     /// Lets partners register loopback/private URLs (tests, on-prem setups).
@@ -115,7 +141,16 @@ async fn serve_on(
     wait_for_database(&db, STARTUP_DATABASE_WAIT)
         .await
         .context("connecting to Postgres")?;
-    db::migrate(&db).await.context("applying migrations")?;
+    if config.no_migrate {
+        // Another instance (or `holdfast-server migrate`) owns the schema.
+        let schema = schema::check_for_serving(&db).await?;
+        tracing::info!(
+            schema = schema.database_version(),
+            "--no-migrate: serving the schema as it is"
+        );
+    } else {
+        db::migrate(&db).await.context("applying migrations")?;
+    }
     if config.demo {
         demo::seed(&db).await.context("seeding demo data")?;
     }
@@ -136,8 +171,28 @@ async fn serve_on(
             relay::Settings::from(&config.relay),
         )?);
     }
-    let state = AppState::new(db.clone())
-        .allowing_private_targets(config.relay.relay_allow_private_targets);
+    let mut state = AppState::new(db.clone());
+    if let Some(url) = &config.read_database_url {
+        let options: PgConnectOptions = url
+            .parse()
+            .context("HOLDFAST_READ_DATABASE_URL is not a valid Postgres URL")?;
+        // Lazy: a replica that is down at start only sends reads to the
+        // primary until it is back.
+        let replica = pool_options(
+            config.db_pool_size,
+            Duration::from_millis(config.db_acquire_timeout_ms),
+        )
+        .connect_lazy_with(options);
+        tracing::info!("desks' reads go to the read replica whenever it has caught up");
+        state = state.with_read_replica(replica, db::reads::DEFAULT_MAX_WAIT);
+    }
+    let reads = state.reads.clone();
+    let state = state
+        .allowing_private_targets(config.relay.relay_allow_private_targets)
+        .with_connection_limits(http::serve::ConnectionLimits {
+            header_read_timeout: Duration::from_secs(config.http_header_timeout_secs),
+            max_connections: usize::try_from(config.http_max_connections).unwrap_or(usize::MAX),
+        });
     // On the signal the relays stop claiming at once and finish their
     // deliveries in flight (each bounded by --relay-timeout-ms, its outcome
     // recorded) while the HTTP side finishes its requests.
@@ -161,6 +216,7 @@ async fn serve_on(
     tracing::info!("deliveries in flight finished");
     let _ = stop.send(true);
     let _ = reaper.await;
+    reads.close_replica().await;
     db.close().await;
     served?;
     Ok(())
@@ -210,27 +266,24 @@ pub async fn run(
         .await
         .context("starting the change feed listener")?;
     let hub = state.hub.clone();
+    let limits = state.connection_limits;
     let app = http::router(state);
     println!("listening on http://{addr}");
     tracing::info!(%addr, "accepting requests");
-    let served = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown({
+    systemd::notify(&format!("READY=1\nSTATUS=listening on http://{addr}"));
+    http::serve::serve(listener, app, limits, {
         let hub = hub.clone();
         async move {
             shutdown.await;
+            systemd::notify("STOPPING=1\nSTATUS=finishing requests in flight");
             // Open streams never finish by themselves; end them so the
             // graceful shutdown can.
             hub.close();
         }
     })
-    .await
-    .context("HTTP server");
+    .await;
     hub.close();
     feed_tasks.join().await;
-    served?;
     tracing::info!("stopped accepting; in-flight requests finished");
     Ok(())
 }

@@ -1,13 +1,28 @@
 //! `holdfast-server`: parses flags and hands over to the library.
 
-use clap::Parser;
-use holdfast_server::config::{CatalogCommand, Cli, Command, PostgresCommand, TenantCommand};
+use holdfast_server::config::{CatalogCommand, Command, PostgresCommand, TenantCommand};
+use holdfast_server::config_file::{self, ConfigError};
 use holdfast_server::pg::EmbeddedPostgres;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // Flags, then env, then the config file (serve and check-config), then defaults.
+    let (cli, effective) = match config_file::parse_cli(std::env::args_os()) {
+        Ok(parsed) => parsed,
+        Err(ConfigError::Cli(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("holdfast-server: {e}");
+            std::process::exit(1);
+        }
+    };
     match cli.command {
+        Command::CheckConfig(_) => {
+            if let Some(effective) = effective {
+                print!("{}", effective.render());
+            }
+            std::io::Write::flush(&mut std::io::stdout())?;
+            Ok(())
+        }
         Command::Serve(config) => {
             holdfast_server::telemetry::init(config.log_json);
             holdfast_server::serve(config, holdfast_server::shutdown_signal()).await
@@ -49,6 +64,27 @@ async fn main() -> anyhow::Result<()> {
                 // must be able to tell (the report says which).
                 std::process::exit(2);
             }
+            Ok(())
+        }
+        Command::Migrate(config) => {
+            holdfast_server::telemetry::init(false);
+            let report = holdfast_server::schema::run(config).await?;
+            print!("{}", report.render());
+            std::io::Write::flush(&mut std::io::stdout())?;
+            Ok(())
+        }
+        Command::Backup(config) => {
+            holdfast_server::telemetry::init(false);
+            let report = holdfast_server::backup::dump::run(config).await?;
+            print!("{}", report.render());
+            std::io::Write::flush(&mut std::io::stdout())?;
+            Ok(())
+        }
+        Command::Restore(config) => {
+            holdfast_server::telemetry::init(false);
+            let report = holdfast_server::backup::restore::run(config).await?;
+            print!("{}", report.render());
+            std::io::Write::flush(&mut std::io::stdout())?;
             Ok(())
         }
         Command::Postgres(PostgresCommand::Stop { data_dir }) => {

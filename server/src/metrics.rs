@@ -4,7 +4,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+mod process;
 
 pub struct Metrics {
     handle: Option<PrometheusHandle>,
@@ -23,7 +26,10 @@ impl Metrics {
                     .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
                     .and_then(|b| b.install_recorder());
                 match recorder {
-                    Ok(handle) => Arc::new(Metrics { handle: Some(handle) }),
+                    Ok(handle) => {
+                        describe_and_register();
+                        Arc::new(Metrics { handle: Some(handle) })
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "metrics recorder unavailable; /metrics will be empty");
                         Arc::new(Metrics { handle: None })
@@ -34,7 +40,9 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        self.handle.as_ref().map(|h| h.render()).unwrap_or_default()
+        let mut text = self.handle.as_ref().map(|h| h.render()).unwrap_or_default();
+        process::render_into(&mut text);
+        text
     }
 }
 
@@ -47,4 +55,116 @@ pub(crate) fn record_request(method: &str, route: &str, status: u16, elapsed: Du
     metrics::counter!("holdfast_http_requests_total", &labels).increment(1);
     metrics::histogram!("holdfast_http_request_duration_seconds", &labels)
         .record(elapsed.as_secs_f64());
+}
+
+/// Every family the server records, with its HELP text. Registered when the
+/// recorder is installed, so a scrape of a fresh server already lists each
+/// family (at zero) instead of families appearing one by one as things
+/// first happen, which made alerts on them undefined until then.
+/// Families whose labels are open-ended (route, status) can only show
+/// series once a request has been served; they are described here so their
+/// HELP is there from the first series on.
+fn describe_and_register() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+
+    describe_counter!(
+        "holdfast_http_requests_total",
+        "HTTP requests answered, by method, route template and status."
+    );
+    describe_histogram!(
+        "holdfast_http_request_duration_seconds",
+        Unit::Seconds,
+        "Time from a request's arrival to its answer, by method, route template and status."
+    );
+    describe_counter!(
+        "holdfast_idempotent_replays_total",
+        "Mutations answered from a stored outcome (a retry of a completed key)."
+    );
+    describe_counter!(
+        "holdfast_request_in_flight_total",
+        "Mutations answered 409 request_in_flight: their key was still running elsewhere past the wait."
+    );
+    describe_counter!(
+        "holdfast_version_conflicts_total",
+        "Mutations answered 409 version_conflict (a stale base version)."
+    );
+    describe_counter!(
+        "holdfast_ats_rejections_total",
+        "Allocations answered 422 insufficient_ats."
+    );
+    describe_counter!(
+        "holdfast_push_chunks_redone_total",
+        "Batch push chunks run again item by item after one item failed inside the shared transaction."
+    );
+    describe_counter!(
+        "holdfast_delivery_attempts_total",
+        "Webhook delivery attempts to partners, by outcome (delivered, failed, gone)."
+    );
+    describe_histogram!(
+        "holdfast_delivery_latency_seconds",
+        Unit::Seconds,
+        "Time from an event's commit to the partner's 2xx for it."
+    );
+    describe_counter!(
+        "holdfast_dead_letters_total",
+        "Deliveries dead-lettered after their last attempt."
+    );
+    describe_gauge!(
+        "holdfast_outbox_backlog",
+        "Events and deliveries not yet delivered (as of the last housekeeping pass)."
+    );
+    describe_gauge!(
+        "holdfast_dead_letters",
+        "Deliveries dead-lettered now, waiting for an operator's requeue."
+    );
+    describe_gauge!(
+        "holdfast_sync_streams",
+        "Desks connected to the live update stream (SSE) on this instance."
+    );
+    describe_counter!(
+        "holdfast_sync_stream_lagged_total",
+        "Stream subscribers that fell behind and were told to pull from their cursor."
+    );
+    describe_counter!(
+        "holdfast_replica_reads_total",
+        "Desks' reads that could use the read replica, by where they ran: replica, \
+         primary_replica_behind (it had not caught up within the wait) or \
+         primary_replica_unavailable (unreachable, not a standby, or skipped for a second after a miss)."
+    );
+    describe_gauge!(
+        "holdfast_build_info",
+        "Always 1; the labels say which build is running."
+    );
+
+    for name in [
+        "holdfast_idempotent_replays_total",
+        "holdfast_request_in_flight_total",
+        "holdfast_version_conflicts_total",
+        "holdfast_ats_rejections_total",
+        "holdfast_push_chunks_redone_total",
+        "holdfast_dead_letters_total",
+        "holdfast_sync_stream_lagged_total",
+    ] {
+        metrics::counter!(name).absolute(0);
+    }
+    // The outcomes are a closed set: each is a series from the start.
+    for served_by in [
+        "replica",
+        "primary_replica_behind",
+        "primary_replica_unavailable",
+    ] {
+        metrics::counter!("holdfast_replica_reads_total", "served_by" => served_by).absolute(0);
+    }
+    for outcome in ["delivered", "failed", "gone"] {
+        metrics::counter!("holdfast_delivery_attempts_total", "outcome" => outcome).absolute(0);
+    }
+    for name in ["holdfast_outbox_backlog", "holdfast_dead_letters"] {
+        metrics::gauge!(name).set(0.0);
+    }
+    // Increment, not set: a second server in the same process (tests) must
+    // not reset the first one's count of connected desks.
+    metrics::gauge!("holdfast_sync_streams").increment(0.0);
+    // Registered without a sample: its buckets read zero until the first delivery.
+    let _ = metrics::histogram!("holdfast_delivery_latency_seconds");
+    metrics::gauge!("holdfast_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }

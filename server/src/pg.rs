@@ -45,6 +45,11 @@ pub enum PgError {
     )]
     BinariesMissing,
     #[error(
+        "no `{tool}` beside the PostgreSQL server binaries or on PATH; install Debian's \
+         `postgresql-client` package (apt-get install postgresql-client)"
+    )]
+    ToolMissing { tool: String },
+    #[error(
         "running as root, but Postgres refuses to run as root and there is no `postgres` \
          system user to run it as; install Debian's `postgresql` package (it creates the \
          user), run as an ordinary user, or set DATABASE_URL"
@@ -394,7 +399,11 @@ impl EmbeddedPostgres {
     {
         let path = self.bin_dir.join(program);
         let mut cmd = Command::new(&path);
-        cmd.args(args).current_dir("/").env("LC_ALL", "C.UTF-8");
+        // Debian's Postgres speaks sd_notify too: the unit's readiness is ours.
+        cmd.args(args)
+            .current_dir("/")
+            .env("LC_ALL", "C.UTF-8")
+            .env_remove("NOTIFY_SOCKET");
         if let RunAs::User { uid, gid } = self.run_as {
             cmd.uid(uid).gid(gid);
         }
@@ -449,6 +458,26 @@ pub fn find_binaries() -> Result<PathBuf, PgError> {
         .pop()
         .map(|(_, bin)| bin)
         .ok_or(PgError::BinariesMissing)
+}
+
+/// A Postgres client tool (`pg_dump`, `pg_restore`): beside the server
+/// binaries [`find_binaries`] picks (the same major version, so a dump of the
+/// embedded cluster is never refused as from a newer server), else on PATH.
+pub fn find_client_tool(name: &str) -> Result<PathBuf, PgError> {
+    if let Ok(dir) = find_binaries() {
+        let tool = dir.join(name);
+        if tool.is_file() {
+            return Ok(tool);
+        }
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|tool| tool.is_file())
+        .ok_or_else(|| PgError::ToolMissing {
+            tool: name.to_owned(),
+        })
 }
 
 fn run_as() -> Result<RunAs, PgError> {

@@ -6,16 +6,16 @@
 
 use chrono::NaiveDate;
 use holdfast_client::conflict::ConflictView;
-use holdfast_client::engine::{RejectionView, Status};
+use holdfast_client::engine::{HeldItem, RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
 use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet, OrderHistory};
-use serde::Deserialize;
-use tauri::State;
+use serde::{Deserialize, Serialize};
+use tauri::{Manager, Runtime, State};
 use uuid::Uuid;
 
-use crate::error::CmdResult;
+use crate::error::{CmdResult, CommandError};
 use crate::SignedIn;
 
 /// `engine::NewOrder` as the UI sends it (the engine's type is not
@@ -282,6 +282,58 @@ pub async fn list_pending(engine: State<'_, Engine>) -> CmdResult<Vec<(Uuid, Pen
     Ok(engine.pending()?)
 }
 
+/// What this build keeps without being able to read it, in words.
+#[tauri::command]
+pub async fn list_held(engine: State<'_, Engine>) -> CmdResult<Vec<HeldItem>> {
+    Ok(engine.held()?)
+}
+
+/// Where [`export_held`] saved the file, and how many items it holds.
+#[derive(ts_rs::TS, Debug, Serialize)]
+pub struct HeldExport {
+    pub path: String,
+    pub count: usize,
+}
+
+/// The export's file name: `holdfast-kept-2026-12-01-140502.json`, local
+/// time to the second, so an earlier save is not overwritten (two in one
+/// second hold the same items: the later replaces the earlier whole).
+pub fn held_export_name(at: chrono::DateTime<chrono::Local>) -> String {
+    format!("holdfast-kept-{}.json", at.format("%Y-%m-%d-%H%M%S"))
+}
+
+/// Saves everything held, raw, for an administrator. The UI names no path:
+/// the file goes to the user's Downloads folder, or beside the store when
+/// there is none. On Linux the platform's answer comes from the XDG
+/// user-dirs file, which many desktops never write, so `~/Downloads` is
+/// tried too before the store's folder.
+#[tauri::command]
+pub async fn export_held<R: Runtime>(
+    app: tauri::AppHandle<R>,
+    engine: State<'_, Engine>,
+) -> CmdResult<HeldExport> {
+    let downloads = app
+        .path()
+        .download_dir()
+        .ok()
+        .filter(|d| d.is_dir())
+        .or_else(|| {
+            let d = app.path().home_dir().ok()?.join("Downloads");
+            d.is_dir().then_some(d)
+        });
+    let dir = match downloads {
+        Some(d) => d,
+        None => crate::data_dir(&app)
+            .map_err(|e| CommandError::internal(format!("no folder to save to: {e}")))?,
+    };
+    let path = dir.join(held_export_name(chrono::Local::now()));
+    let count = engine.export_held(&path)?;
+    Ok(HeldExport {
+        path: path.display().to_string(),
+        count,
+    })
+}
+
 /// Startup marks from the UI: `page` when the page's first script runs,
 /// `ready` when the first interactive screen is on show. Each is logged once
 /// with the time since launch; with `HOLDFAST_DESKTOP_STARTUP_MARKS` set it
@@ -326,6 +378,25 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         list_rejections,
         resolve_rejection,
         list_pending,
+        list_held,
+        export_held,
         mark_startup,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    #[test]
+    fn the_export_is_named_by_the_local_time_to_the_second() {
+        let at = chrono::Local
+            .with_ymd_and_hms(2026, 12, 1, 14, 5, 2)
+            .single()
+            .expect("a plain local time");
+        assert_eq!(
+            super::held_export_name(at),
+            "holdfast-kept-2026-12-01-140502.json"
+        );
+    }
 }

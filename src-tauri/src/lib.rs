@@ -40,8 +40,11 @@ pub fn token_store() -> Arc<dyn TokenStore> {
     }
 }
 
-/// The data dir: the env override, else the platform's app data dir.
-fn data_dir<R: Runtime>(app: &tauri::AppHandle<R>) -> Result<PathBuf, Box<dyn std::error::Error>> {
+/// The data dir (the store's directory): the env override, else the
+/// platform's app data dir.
+pub(crate) fn data_dir<R: Runtime>(
+    app: &tauri::AppHandle<R>,
+) -> Result<PathBuf, Box<dyn std::error::Error>> {
     if let Some(dir) = std::env::var_os(DATA_DIR_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }

@@ -7,11 +7,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use holdfast_client::conflict::{Choice, ConflictView, FieldDiff, Resolution};
-use holdfast_client::engine::{RejectionChoice, RejectionView, Reorder, Status as SyncStatus};
+use holdfast_client::engine::{
+    HeldItem, HeldKind, RejectionChoice, RejectionView, Reorder, Status as SyncStatus,
+};
 use holdfast_client::store::pending::Status as PendingStatus;
 use holdfast_client::store::sync_state::Profile;
 use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
-use holdfast_desktop::commands::NewOrderArgs;
+use holdfast_desktop::commands::{HeldExport, NewOrderArgs};
 use holdfast_desktop::error::CommandError;
 use holdfast_protocol::model::{
     Customer, HistoryDelivery, HistoryDeliveryState, HistoryEntry, Invoice, InvoiceStatus, Line,
@@ -74,8 +76,11 @@ fn render() -> BTreeMap<PathBuf, String> {
         RejectionView,
         RejectionChoice,
         Reorder,
+        HeldItem,
+        HeldKind,
         // command arguments and errors (src-tauri)
         NewOrderArgs,
+        HeldExport,
         CommandError,
     );
     let mut files = read_tree(out.path());

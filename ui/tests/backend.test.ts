@@ -54,6 +54,8 @@ describe('Tauri backend contract', () => {
     await b.listRejections();
     await b.resolveRejection(7, { choice: 'reduce_to_ats', qty: 6 });
     await b.listPending();
+    await b.listHeld();
+    await b.exportHeld();
     await b.markStartup('ready');
     expect(calls).toEqual([
       ['sign_in', { serverUrl: 'http://h', tenant: 'acme', email: 'e', password: 'p', deviceName: null, discardPending: false }],
@@ -86,6 +88,8 @@ describe('Tauri backend contract', () => {
       ['list_rejections', undefined],
       ['resolve_rejection', { id: 7, choice: { choice: 'reduce_to_ats', qty: 6 } }],
       ['list_pending', undefined],
+      ['list_held', undefined],
+      ['export_held', undefined],
       ['mark_startup', { stage: 'ready' }],
     ]);
     // Every method of the interface is a command, and every command was called above.

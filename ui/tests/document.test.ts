@@ -41,7 +41,15 @@ describe('order confirmation', () => {
     expect(screen.getByTestId('document-status').textContent).toBe('Confirmed');
     await waitFor(() => expect(screen.getByTestId('document-invoice').textContent).toMatch(`Invoiced ${money(3 * price)}: awaiting payment.`));
 
+    // A partial payment leaves it owing, in words; the rest pays it.
     const invoiceId = m.server.orders.get(id)!.invoice_id!;
+    m.server.pay(invoiceId, 100);
+    await m.syncNow();
+    await waitFor(() =>
+      expect(screen.getByTestId('document-invoice').textContent).toBe(
+        `Invoiced ${money(3 * price)}: ${money(100)} paid, ${money(3 * price - 100)} still owed.`,
+      ),
+    );
     m.server.pay(invoiceId);
     await m.syncNow();
     await waitFor(() => expect(screen.getByTestId('document-invoice').textContent).toMatch(/paid on/));

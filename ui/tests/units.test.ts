@@ -143,3 +143,15 @@ describe('notices give way', () => {
     await waitFor(() => expect(noticeText()).toBeNull());
   });
 });
+
+describe('payment words', async () => {
+  const { paymentWords, money: m } = await import('../src/lib/format');
+  const when = () => 'June 3, 2026';
+  const inv = (amount_paid: number, status: 'awaiting_payment' | 'paid') => ({ amount: 16800, amount_paid, status, paid_at: status === 'paid' ? '2026-06-03T10:00:00Z' : null });
+  test('each state of an invoice says what was paid and what is owed', () => {
+    expect(paymentWords(inv(0, 'awaiting_payment'), when)).toBe('awaiting payment');
+    expect(paymentWords(inv(10000, 'awaiting_payment'), when)).toBe(`${m(10000)} paid, ${m(6800)} still owed`);
+    expect(paymentWords(inv(16800, 'paid'), when)).toBe('paid on June 3, 2026');
+    expect(paymentWords(inv(17300, 'paid'), when)).toBe(`paid on June 3, 2026, over-paid by ${m(500)}`);
+  });
+});

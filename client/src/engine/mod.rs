@@ -43,9 +43,12 @@
 
 mod acts;
 mod conflicts;
+mod held;
 mod history;
 mod rejections;
 mod views;
+
+pub use held::{HeldItem, HeldKind};
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -62,7 +65,7 @@ use uuid::Uuid;
 use crate::api::{Api, ApiError, Timeouts};
 use crate::conflict::ResolveError;
 use crate::store::sync_state::{self, Profile};
-use crate::store::{self, order_flags, pending, Store, StoreError};
+use crate::store::{self, now_ms, order_flags, pending, Store, StoreError};
 use crate::token::{TokenError, TokenStore};
 use crate::view::Me;
 
@@ -137,6 +140,11 @@ pub struct SyncConfig {
     pub flags_interval: Duration,
     /// How long a pass waits for that answer before keeping the last one.
     pub flags_timeout: Duration,
+    /// How long an acknowledged act is kept in the journal (`store::acked`),
+    /// to be sent again if the server is restored from a backup taken before
+    /// it landed. A restore loses what desks acknowledged longer ago than
+    /// this after the backup: back the server up more often than this.
+    pub journal_retention: Duration,
     pub timeouts: Timeouts,
 }
 
@@ -160,6 +168,7 @@ impl Default for SyncConfig {
             // The server just answered the pass's pull, so a healthy one
             // answers this indexed read at once; past this, try next time.
             flags_timeout: Duration::from_secs(5),
+            journal_retention: Duration::from_secs(7 * 24 * 3600),
             timeouts: Timeouts::default(),
         }
     }
@@ -237,6 +246,17 @@ impl Engine {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path, tokens: Arc<dyn TokenStore>, config: SyncConfig) -> Result<Engine> {
         let store = Store::open(path)?;
+        // What an older (or newer) build left this one: pending acts it
+        // cannot read go into quarantine (those it can read now come out),
+        // and kept documents it can read now are applied.
+        store.write(|tx| {
+            let held = pending::review_quarantine(tx, now_ms())?;
+            let applied = crate::sync::reapply_unreadable(tx)?;
+            if held > 0 || applied > 0 {
+                tracing::info!(held, applied, "reviewed what an earlier app could not read");
+            }
+            Ok(())
+        })?;
         let (events, _) = broadcast::channel(256);
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -398,6 +418,17 @@ impl Engine {
             if !same_feed {
                 // Another server or tenant: what we mirrored is not theirs.
                 store::reset_mirrors(tx)?;
+            }
+            let same_user =
+                sync_state::last_identity(tx)?.is_some_and(|(server, tenant, email)| {
+                    server == profile.server_url
+                        && tenant == profile.tenant_slug
+                        && email.eq_ignore_ascii_case(&profile.user_email)
+                });
+            if !same_user {
+                // Acts the last user had acknowledged are not this one's to
+                // send again after a restore.
+                store::acked::clear(tx)?;
             }
             if discard_pending {
                 store::reset_queue(tx)?;

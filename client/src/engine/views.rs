@@ -14,7 +14,7 @@ use super::{Engine, Result};
 use crate::store::sync_state::{self, Profile, SyncState};
 use crate::store::{
     conflicts, customers, expected_prices, invoices, now_ms, order_flags, orders, pending,
-    price_lists, rejections, skus, StoreError,
+    price_lists, rejections, skus, unreadable, StoreError,
 };
 use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
 
@@ -46,6 +46,39 @@ pub struct Status {
     /// it): the orders whose `dead_lettered` is true. As of the desk's last
     /// ask, at most a minute old while online.
     pub dead_lettered_orders: i64,
+    /// Things this build holds without being able to read them (see
+    /// `Engine::held`): kept documents and the user's acts in quarantine.
+    pub held: usize,
+}
+
+/// Orders part of which this build cannot read: the server's latest
+/// version is kept unread, or one of the user's acts on it is in quarantine.
+fn needs_newer_app(tx: &Transaction<'_>) -> Result<std::collections::HashSet<Uuid>, StoreError> {
+    let mut ids = unreadable::orders(tx)?;
+    ids.extend(held_acts(tx)?);
+    Ok(ids)
+}
+
+/// Orders with an act of the user's in quarantine: not on the server, so
+/// never "synced", whatever their readable acts say.
+fn held_acts(tx: &Transaction<'_>) -> Result<std::collections::HashSet<Uuid>, StoreError> {
+    Ok(pending::quarantined(tx)?
+        .iter()
+        .filter_map(|r| r.order_id.parse::<Uuid>().ok())
+        .collect())
+}
+
+/// Marks `v` as [`needs_newer_app`] says, and as pending while one of its
+/// acts is in quarantine.
+fn mark_held(
+    v: &mut OrderView,
+    newer: &std::collections::HashSet<Uuid>,
+    held: &std::collections::HashSet<Uuid>,
+) {
+    v.needs_newer_app = newer.contains(&v.order.id);
+    if held.contains(&v.order.id) && v.badge == view::Badge::Synced {
+        v.badge = view::Badge::Pending;
+    }
 }
 
 /// How long an act may wait, online, before the desk calls it stuck.
@@ -79,6 +112,8 @@ impl Engine {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mirrors = orders::list(tx)?;
             let flagged = order_flags::dead_lettered(tx)?;
+            let newer = needs_newer_app(tx)?;
+            let held = held_acts(tx)?;
             let mut by_order: HashMap<Uuid, Vec<pending::Row>> = HashMap::new();
             let mut local_only = Vec::new();
             for row in pending::all(tx)? {
@@ -105,6 +140,9 @@ impl Engine {
                 let dead = flagged.contains(&id);
                 out.extend(view::order_view(None, &rows, &expected, dead, &me));
             }
+            for v in &mut out {
+                mark_held(v, &newer, &held);
+            }
             Ok(out)
         })?)
     }
@@ -126,13 +164,15 @@ impl Engine {
             let rows = pending::for_order(tx, order_id)?;
             let expected = expected_prices::for_order(tx, order_id)?;
             let dead = order_flags::dead_lettered(tx)?.contains(&order_id);
-            Ok(view::order_view(
-                orders::get(tx, order_id)?,
-                &rows,
-                &expected,
-                dead,
-                &me,
-            ))
+            let (newer, held) = (needs_newer_app(tx)?, held_acts(tx)?);
+            Ok(
+                view::order_view(orders::get(tx, order_id)?, &rows, &expected, dead, &me).map(
+                    |mut v| {
+                        mark_held(&mut v, &newer, &held);
+                        v
+                    },
+                ),
+            )
         })?)
     }
 
@@ -245,7 +285,7 @@ impl Engine {
 
     pub fn status(&self) -> Result<Status> {
         let now = now_ms();
-        let (state, last, (count, oldest), n_conflicts, n_rejections, stuck, dead_lettered) =
+        let (state, last, (count, oldest), n_conflicts, n_rejections, stuck, dead_lettered, held) =
             self.inner.store.read(|tx| {
                 let state = sync_state::get(tx)?;
                 let stuck = match stuck_cutoff(&state, now) {
@@ -260,6 +300,7 @@ impl Engine {
                     rejections::list(tx)?.len(),
                     stuck,
                     order_flags::count(tx)?,
+                    unreadable::count(tx)? + pending::quarantined_count(tx)?,
                 ))
             })?;
         let signed_out = match (&state.profile, last) {
@@ -288,6 +329,7 @@ impl Engine {
             signed_out,
             stuck,
             dead_lettered_orders: dead_lettered,
+            held,
         })
     }
 }
@@ -310,6 +352,8 @@ mod tests {
             online,
             signed_out_reason: None,
             online_since,
+            history: None,
+            restore_started_at: None,
         }
     }
 

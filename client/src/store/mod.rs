@@ -13,6 +13,7 @@
 //! own locking with a busy timeout. Only *syncing* needs more than that: see
 //! [`SyncLock`].
 
+pub mod acked;
 pub mod conflicts;
 pub mod customers;
 pub mod expected_prices;
@@ -24,6 +25,7 @@ pub mod price_lists;
 pub mod rejections;
 pub mod skus;
 pub mod sync_state;
+pub mod unreadable;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -81,6 +83,8 @@ fn migrations() -> Vec<Migration> {
         conflicts::MIGRATIONS,
         rejections::MIGRATIONS,
         order_flags::MIGRATIONS,
+        unreadable::MIGRATIONS,
+        acked::MIGRATIONS,
     ]
     .concat();
     // Stable: steps of one version keep the table order above.
@@ -253,12 +257,15 @@ fn migrate(conn: &mut Connection, path: &Path) -> StoreResult<()> {
 }
 
 /// Forgets every mirrored document (another server or tenant signed in:
-/// what we hold is not theirs to see). The next pull starts from scratch.
+/// what we hold is not theirs to see; or the server was restored from a
+/// backup: what we hold may be newer than it). The next pull starts from
+/// scratch.
 pub fn reset_mirrors(tx: &Transaction<'_>) -> StoreResult<()> {
     tx.execute_batch(
         "delete from order_lines; delete from orders; delete from skus; delete from customers;
          delete from invoices; delete from price_lists; delete from order_flags;
-         update sync_state set cursor = null;",
+         delete from unreadable_docs;
+         update sync_state set cursor = null, history = null, restore_started_at = null;",
     )?;
     Ok(())
 }

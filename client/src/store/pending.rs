@@ -16,9 +16,10 @@ use uuid::Uuid;
 use super::{from_json, to_json, Migration, StoreError, StoreResult};
 use crate::act::{self, Act, Stored, WireRequest};
 
-pub(super) const MIGRATIONS: &[Migration] = &[(
-    1,
-    "create table pending (
+pub(super) const MIGRATIONS: &[Migration] = &[
+    (
+        1,
+        "create table pending (
         -- The order of the user's acts; a resolution keeps its row's place.
         seq             integer primary key autoincrement,
         idempotency_key text not null unique,
@@ -42,7 +43,16 @@ pub(super) const MIGRATIONS: &[Migration] = &[(
                         check (status in ('queued', 'conflict', 'rejected'))
     );
     create index pending_order on pending (order_id, seq);",
-)];
+    ),
+    (
+        6,
+        // A row this build cannot read (written by a newer app, or damaged)
+        // is quarantined rather than failing the whole queue: kept, with why,
+        // holding its order's later rows, until an app that reads it sends it.
+        "alter table pending add column quarantined text;
+    alter table pending add column quarantined_at integer;",
+    ),
+];
 
 #[derive(ts_rs::TS)]
 #[ts(rename = "PendingStatus")]
@@ -55,6 +65,8 @@ pub enum Status {
     Conflict,
     /// The server refused it; see `rejections`.
     Rejected,
+    /// This build cannot read it (see [`quarantine`]): kept, not sent.
+    Quarantined,
 }
 
 impl Status {
@@ -63,6 +75,9 @@ impl Status {
             Status::Queued => "queued",
             Status::Conflict => "conflict",
             Status::Rejected => "rejected",
+            // Never stored in `status`: a quarantined row keeps the status
+            // it had and carries its reason in `quarantined`.
+            Status::Quarantined => "quarantined",
         }
     }
 
@@ -71,6 +86,7 @@ impl Status {
             "queued" => Ok(Status::Queued),
             "conflict" => Ok(Status::Conflict),
             "rejected" => Ok(Status::Rejected),
+            "quarantined" => Ok(Status::Quarantined),
             other => Err(StoreError::Corrupt(format!("pending status {other:?}"))),
         }
     }
@@ -91,6 +107,8 @@ pub struct Row {
     pub next_attempt_at: i64,
     pub last_error: Option<String>,
     pub status: Status,
+    /// The app version that queued the act (None: before act schema 3).
+    pub queued_by: Option<String>,
 }
 
 /// A new act for the queue.
@@ -114,7 +132,7 @@ pub fn insert(tx: &Transaction<'_>, new: &New<'_>) -> StoreResult<i64> {
         new.key,
         new.act.order_id().to_string(),
         act::SCHEMA,
-        to_json(new.act)?,
+        to_json(&act::Envelope::new(new.act))?,
         req.method,
         req.path,
         to_json(&req.body)?,
@@ -132,7 +150,7 @@ struct Raw {
     seq: i64,
     key: String,
     order_id: String,
-    schema: u32,
+    schema: i64,
     act: Option<String>,
     method: String,
     path: String,
@@ -173,11 +191,12 @@ fn row(r: Raw) -> StoreResult<Row> {
         body: from_json(&r.body)?,
     };
     let stored = Stored {
-        schema: r.schema,
+        schema: u32::try_from(r.schema)
+            .map_err(|_| StoreError::Corrupt(format!("pending act schema {}", r.schema)))?,
         act: r.act.as_deref().map(from_json).transpose()?,
         request,
     };
-    let act = act::upcast(&stored).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let envelope = act::upcast_envelope(&stored).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(Row {
         seq: r.seq,
         key: r.key,
@@ -185,7 +204,8 @@ fn row(r: Raw) -> StoreResult<Row> {
             .order_id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("pending order id {:?}", r.order_id)))?,
-        act,
+        act: envelope.mutation,
+        queued_by: envelope.app,
         request: stored.request,
         base_version: r.base_version,
         base_doc: r.base_doc.as_deref().map(from_json).transpose()?,
@@ -197,17 +217,32 @@ fn row(r: Raw) -> StoreResult<Row> {
     })
 }
 
-/// Every pending row, in the user's order.
+/// Reads a row the way [`row`] does; a row this build cannot read is left
+/// out with a warning (it is quarantined by the next [`scan`] or
+/// [`quarantine_unreadable`]), so one bad row never hides the others.
+fn readable(r: Raw) -> Option<Row> {
+    let seq = r.seq;
+    row(r)
+        .map_err(
+            |e| tracing::warn!(seq, error = %e, "leaving out a pending act this build cannot read"),
+        )
+        .ok()
+}
+
+/// Every readable pending row not in quarantine, in the user's order.
 pub fn all(tx: &Transaction<'_>) -> StoreResult<Vec<Row>> {
-    let mut stmt = tx.prepare_cached(&format!("select {COLUMNS} from pending order by seq"))?;
+    let mut stmt = tx.prepare_cached(&format!(
+        "select {COLUMNS} from pending where quarantined is null order by seq"
+    ))?;
     let rows = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter().map(row).collect()
+    Ok(rows.into_iter().filter_map(readable).collect())
 }
 
 /// What [`scan`] sees of a row before deciding: the cheap columns only.
 #[derive(Debug, Clone, Copy)]
 pub struct Head {
     pub order_id: Uuid,
+    /// [`Status::Quarantined`] for a quarantined row, whatever it was.
     pub status: Status,
     pub next_attempt_at: i64,
     /// Bytes of the request as sent (path and body).
@@ -222,61 +257,199 @@ pub enum Visit {
     Stop,
 }
 
+/// What [`scan`] found.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    /// The rows taken, decoded, in the user's order.
+    pub taken: Vec<Row>,
+    /// Rows this build cannot read, with why: quarantine them
+    /// ([`quarantine`]) and scan again, since each holds its order.
+    pub unreadable: Vec<(i64, String)>,
+}
+
 /// Walks the rows in the user's order and decodes only those `visit`
 /// takes, stopping when it says so. Picking the next push batch is then
 /// proportional to the batch (plus any held rows ahead of it), not to the
 /// whole queue: a 10,000-act flush reads each row once instead of decoding
 /// every remaining row (act and base document) for every batch.
-pub fn scan(tx: &Transaction<'_>, mut visit: impl FnMut(&Head) -> Visit) -> StoreResult<Vec<Row>> {
+pub fn scan(tx: &Transaction<'_>, mut visit: impl FnMut(&Head) -> Visit) -> StoreResult<Scanned> {
     let mut heads = tx.prepare_cached(
-        "select seq, order_id, status, next_attempt_at, octet_length(path) + octet_length(body)
+        "select seq, order_id, case when quarantined is null then status else 'quarantined' end,
+                next_attempt_at, octet_length(path) + octet_length(body)
            from pending order by seq",
     )?;
     let mut whole = tx.prepare_cached(&format!("select {COLUMNS} from pending where seq = ?1"))?;
     let mut rows = heads.query([])?;
-    let mut taken = Vec::new();
+    let mut found = Scanned::default();
     while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
         let order_id: String = r.get(1)?;
-        let head = Head {
-            order_id: order_id
-                .parse()
-                .map_err(|_| StoreError::Corrupt(format!("pending order id {order_id:?}")))?,
-            status: Status::parse(&r.get::<_, String>(2)?)?,
-            next_attempt_at: r.get(3)?,
-            request_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(usize::MAX),
+        let status = r
+            .get::<_, String>(2)
+            .map_err(StoreError::from)
+            .and_then(|s| Status::parse(&s));
+        let head = match (order_id.parse::<Uuid>(), status) {
+            (Ok(order_id), Ok(status)) => Head {
+                order_id,
+                status,
+                next_attempt_at: r.get(3)?,
+                request_bytes: r.get::<_, i64>(4)?.try_into().unwrap_or(usize::MAX),
+            },
+            // In quarantine already, and for no order this build can name:
+            // there is nothing for it to hold.
+            (Err(_), Ok(Status::Quarantined)) => continue,
+            (Err(_), _) => {
+                let why = format!("its order id {order_id:?} is not a UUID");
+                found.unreadable.push((seq, why));
+                continue;
+            }
+            (Ok(_), Err(e)) => {
+                found.unreadable.push((seq, e.to_string()));
+                continue;
+            }
         };
         match visit(&head) {
-            Visit::Take => {
-                let seq: i64 = r.get(0)?;
-                taken.push(row(whole.query_row([seq], raw)?)?);
-            }
+            Visit::Take => match whole
+                .query_row([seq], raw)
+                .map_err(StoreError::from)
+                .and_then(row)
+            {
+                Ok(row) => found.taken.push(row),
+                Err(e) => found.unreadable.push((seq, e.to_string())),
+            },
             Visit::Skip => {}
             Visit::Stop => break,
         }
     }
-    Ok(taken)
+    Ok(found)
 }
 
-/// The pending rows of one order, in the user's order.
+/// The readable pending rows of one order not in quarantine, in the
+/// user's order.
 pub fn for_order(tx: &Transaction<'_>, order_id: Uuid) -> StoreResult<Vec<Row>> {
     let mut stmt = tx.prepare_cached(&format!(
-        "select {COLUMNS} from pending where order_id = ?1 order by seq"
+        "select {COLUMNS} from pending where order_id = ?1 and quarantined is null order by seq"
     ))?;
     let rows = stmt
         .query_map([order_id.to_string()], raw)?
         .collect::<Result<Vec<_>, _>>()?;
-    rows.into_iter().map(row).collect()
+    Ok(rows.into_iter().filter_map(readable).collect())
 }
 
+/// One row, if it is readable and not in quarantine.
 pub fn get(tx: &Transaction<'_>, seq: i64) -> StoreResult<Option<Row>> {
-    tx.query_row(
-        &format!("select {COLUMNS} from pending where seq = ?1"),
-        [seq],
-        raw,
-    )
-    .optional()?
-    .map(row)
-    .transpose()
+    Ok(tx
+        .query_row(
+            &format!("select {COLUMNS} from pending where seq = ?1 and quarantined is null"),
+            [seq],
+            raw,
+        )
+        .optional()?
+        .and_then(readable))
+}
+
+/// Puts a row this build cannot read in quarantine: it stays in its place
+/// with `why`, is never sent by this build, and holds its order's later
+/// rows (as a conflict does) until an app that reads it takes it out.
+pub fn quarantine(tx: &Transaction<'_>, seq: i64, why: &str, now: i64) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update pending set quarantined = ?2, quarantined_at = ?3
+          where seq = ?1 and quarantined is null",
+    )?
+    .execute(params![seq, why, now])?;
+    Ok(())
+}
+
+/// Reads every row once (when the store opens): rows this build cannot
+/// read go into quarantine, and rows in quarantine that it can read now
+/// (the app was upgraded) come out, in their place. Returns how many rows
+/// are in quarantine.
+pub fn review_quarantine(tx: &Transaction<'_>, now: i64) -> StoreResult<usize> {
+    let seqs = tx
+        .prepare_cached("select seq, quarantined is not null from pending order by seq")?
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut whole = tx.prepare_cached(&format!("select {COLUMNS} from pending where seq = ?1"))?;
+    let mut held = 0;
+    for (seq, was_held) in seqs {
+        let read = whole
+            .query_row([seq], raw)
+            .map_err(StoreError::from)
+            .and_then(row);
+        match (read, was_held) {
+            (Ok(_), true) => {
+                tx.prepare_cached(
+                    "update pending set quarantined = null, quarantined_at = null where seq = ?1",
+                )?
+                .execute([seq])?;
+                tracing::info!(seq, "a pending act in quarantine is readable now: it goes");
+            }
+            (Ok(_), false) => {}
+            (Err(e), was_held) => {
+                if !was_held {
+                    tracing::warn!(seq, error = %e, "quarantining a pending act this build cannot read");
+                    quarantine(tx, seq, &e.to_string(), now)?;
+                }
+                held += 1;
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// A row in quarantine, as stored (nothing of it is decoded).
+#[derive(Debug, Clone, Serialize)]
+pub struct Quarantined {
+    pub seq: i64,
+    pub idempotency_key: String,
+    /// As stored (a UUID when the row is sound enough to say).
+    pub order_id: String,
+    pub schema_version: i64,
+    pub act: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub body: String,
+    pub base_version: i64,
+    pub created_at: i64,
+    /// Why this build cannot read it.
+    pub reason: String,
+    pub quarantined_at: i64,
+}
+
+/// How many rows are in quarantine.
+pub fn quarantined_count(tx: &Transaction<'_>) -> StoreResult<usize> {
+    let n: i64 = tx
+        .prepare_cached("select count(*) from pending where quarantined is not null")?
+        .query_row([], |r| r.get(0))?;
+    Ok(n as usize)
+}
+
+/// Every row in quarantine, in the user's order.
+pub fn quarantined(tx: &Transaction<'_>) -> StoreResult<Vec<Quarantined>> {
+    let mut stmt = tx.prepare_cached(
+        "select seq, idempotency_key, order_id, schema_version, act, method, path, body,
+                base_version, created_at, quarantined, quarantined_at
+           from pending where quarantined is not null order by seq",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(Quarantined {
+                seq: r.get(0)?,
+                idempotency_key: r.get(1)?,
+                order_id: r.get(2)?,
+                schema_version: r.get(3)?,
+                act: r.get(4)?,
+                method: r.get(5)?,
+                path: r.get(6)?,
+                body: r.get(7)?,
+                base_version: r.get(8)?,
+                created_at: r.get(9)?,
+                reason: r.get(10)?,
+                quarantined_at: r.get(11)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
 }
 
 /// The act reached the server (or is dropped by the user).
@@ -333,7 +506,7 @@ pub fn replace(
         seq,
         key,
         act::SCHEMA,
-        to_json(act)?,
+        to_json(&act::Envelope::new(act))?,
         req.method,
         req.path,
         to_json(&req.body)?,
@@ -454,7 +627,8 @@ mod tests {
             ],
             "rows are shown in seq order and the walk stops when told"
         );
-        let taken: Vec<i64> = taken.iter().map(|r| r.seq).collect();
+        assert!(taken.unreadable.is_empty());
+        let taken: Vec<i64> = taken.taken.iter().map(|r| r.seq).collect();
         assert_eq!(taken, vec![seqs[1]], "only the taken row is decoded");
         assert_eq!(
             store.read(next_attempt).expect("next"),

@@ -54,6 +54,17 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         // stuck, one pending for long because the desk was offline is not.
         "alter table sync_state add column online_since integer;",
     ),
+    (
+        7,
+        // `history`: the server database's history the cursor and mirrors
+        // belong to (PullResponse::history), sent with every push so a
+        // server restored from a backup refuses a queue made against a newer
+        // state. `restore_started_at`: the server was found restored and the
+        // desk is pulling everything again; once caught up, it re-queues the
+        // journaled acts the server lacks (see `acked`).
+        "alter table sync_state add column history text;
+    alter table sync_state add column restore_started_at integer;",
+    ),
 ];
 
 /// Milliseconds since the epoch by SQLite's clock, for statements that go
@@ -89,6 +100,12 @@ pub struct SyncState {
     pub signed_out_reason: Option<String>,
     /// Online without a break since then (ms); None while not online.
     pub online_since: Option<i64>,
+    /// The server history of the last pull (None: not pulled yet, or a
+    /// server that names none).
+    pub history: Option<String>,
+    /// Since when the desk has been catching up with a restored server
+    /// (None: it is not).
+    pub restore_started_at: Option<i64>,
 }
 
 pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
@@ -96,7 +113,8 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
         .prepare_cached(
             "select store_id, server_url, tenant_slug, tenant_name, user_id, user_email, user_name,
                 device_name, cursor, last_push_at, last_pull_at, last_synced_at, failures,
-                next_attempt_at, last_error, online, signed_out_reason, online_since
+                next_attempt_at, last_error, online, signed_out_reason, online_since, history,
+                restore_started_at
            from sync_state where id = 1",
         )?
         .query_row([], |r| {
@@ -129,6 +147,8 @@ pub fn get(tx: &Transaction<'_>) -> StoreResult<SyncState> {
                     online: r.get::<_, Option<i64>>(15)?.map(|v| v != 0),
                     signed_out_reason: r.get(16)?,
                     online_since: r.get(17)?,
+                    history: r.get(18)?,
+                    restore_started_at: r.get(19)?,
                 },
             ))
         })?;
@@ -222,9 +242,37 @@ pub fn session_ended(tx: &Transaction<'_>, reason: &str) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn set_cursor(tx: &Transaction<'_>, cursor: &str, at: i64) -> StoreResult<()> {
-    tx.prepare_cached("update sync_state set cursor = ?1, last_pull_at = ?2 where id = 1")?
-        .execute(params![cursor, at])?;
+/// A pulled page's cursor and the server history it was cut in.
+pub fn set_cursor(
+    tx: &Transaction<'_>,
+    cursor: &str,
+    history: Option<&str>,
+    at: i64,
+) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update sync_state set cursor = ?1, history = ?2, last_pull_at = ?3 where id = 1",
+    )?
+    .execute(params![cursor, history, at])?;
+    Ok(())
+}
+
+/// The server was restored from a backup: pull from the start, and remember
+/// (until [`restore_caught_up`]) that the journal must be compared with what
+/// comes. Mirrors are cleared by the caller ([`super::reset_mirrors`]).
+pub fn restore_began(tx: &Transaction<'_>, now: i64) -> StoreResult<()> {
+    tx.prepare_cached(
+        "update sync_state set cursor = null, history = null,
+                restore_started_at = coalesce(restore_started_at, ?1)
+          where id = 1",
+    )?
+    .execute([now])?;
+    Ok(())
+}
+
+/// The journal has been compared with the restored server's documents.
+pub fn restore_caught_up(tx: &Transaction<'_>) -> StoreResult<()> {
+    tx.prepare_cached("update sync_state set restore_started_at = null where id = 1")?
+        .execute([])?;
     Ok(())
 }
 

@@ -18,6 +18,9 @@ use holdfast_protocol::model::{Order, Sku};
 use holdfast_server::{demo, AppState};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+
+// Without DATABASE_URL the binary says how to run it, once, and exits.
+holdfast_server::require_database_url!();
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -98,6 +101,19 @@ impl Server {
             .await
             .expect("rebind the same port");
         let mut again = Self::serve(self.db.clone(), listener, self.allow_private_targets);
+        self.stop = again.stop.take();
+        self.task = again.task.take();
+    }
+
+    /// Serves `db` instead, on the same port: the server restored from a
+    /// backup where the old one was (desks keep their URL).
+    pub async fn replace_database(&mut self, db: PgPool) {
+        self.stop().await;
+        let listener = TcpListener::bind(self.addr)
+            .await
+            .expect("rebind the same port");
+        let mut again = Self::serve(db.clone(), listener, self.allow_private_targets);
+        self.db = db;
         self.stop = again.stop.take();
         self.task = again.task.take();
     }
@@ -317,6 +333,27 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// Adds another ledger's acts (on other orders).
+    pub fn merge(&mut self, other: Ledger) {
+        for order in other.order_ids {
+            if !self.order_ids.contains(&order) {
+                self.order_ids.push(order);
+            }
+        }
+        for (order, acts) in other.acts {
+            self.acts.entry(order).or_default().extend(acts);
+        }
+    }
+
+    /// Every key, in no particular order.
+    pub fn keys(&self) -> Vec<&str> {
+        self.acts
+            .values()
+            .flatten()
+            .map(|(key, _)| key.as_str())
+            .collect()
+    }
+
     /// Records the most recent pending row of `order` (the act just made).
     pub fn record(&mut self, engine: &Engine, order: Uuid) {
         let row = engine

@@ -100,6 +100,7 @@ pub(crate) fn crash_with_pending_work(d: &Driver, server: &mut Server, tmp: &Pat
             .find(|l| l["id"].as_str() == Some(line_id.as_str()))
             .expect("the line");
         assert_eq!(line["qty_ordered"].as_i64(), Some(qty + 1), "the quantity");
+        kept_for_a_newer_app(&d2, &data, &after);
     }));
     if result.is_err() {
         let _ = d2.screenshot("zz-failure-after-kill");
@@ -186,6 +187,56 @@ fn after_restart(d: &Driver, server: &mut Server, data: &Path, queued: i64, vers
              and it synced after the restart without a token file"
         ),
     }
+}
+
+/// Issue 15 item 13 as the user sees it: an act this app cannot read (here
+/// one a newer Holdfast queued in the same store: another process writing
+/// while the app runs) is kept, not sent and not an error; the status bar
+/// says so, the Kept screen says what and why in words, and the order says
+/// part of it needs a newer app.
+fn kept_for_a_newer_app(d: &Driver, data: &Path, order: &serde_json::Value) {
+    let id = order["id"].as_str().expect("order id");
+    let version = order["version"].as_i64().expect("version");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let store = rusqlite::Connection::open(data.join("holdfast.sqlite3")).expect("the app's store");
+    store
+        .busy_timeout(Duration::from_secs(10))
+        .expect("busy timeout");
+    store
+        .execute(
+            "insert into pending (idempotency_key, order_id, schema_version, act, method, path,
+                                  body, base_version, created_at, next_attempt_at)
+             values ('e2e-newer-app-act', ?1, 99, '{\"app\":\"99.0.0\",\"mutation\":{\"op\":\"set_rush\"}}',
+                     'POST', ?2, '{}', ?3, ?4, ?4)",
+            rusqlite::params![id, format!("/v1/orders/{id}/rush"), version, now],
+        )
+        .expect("a newer app's act");
+    d.click("footer.statusbar button.sync").expect("sync now");
+    wait_for(
+        "the act kept for a newer app",
+        Duration::from_secs(30),
+        || (app_status(d)["held"] == 1).then_some(()),
+    )
+    .expect("held");
+    d.wait_text("[data-testid=kept]", "the status bar says so", |t| {
+        t.contains("1 kept for a newer Holdfast")
+    })
+    .expect("status bar");
+    d.click("[data-testid=kept] button").expect("open Kept");
+    d.wait_text("main", "the kept act in words", |t| {
+        t.contains("A change to order for") && t.contains("newer version of Holdfast")
+    })
+    .expect("kept screen");
+    d.screenshot("16-kept-for-a-newer-app").expect("shot");
+    open_order(d, PO);
+    d.wait_text("[data-testid=needs-newer-app]", "the order's notice", |t| {
+        t.contains("needs a newer version of Holdfast")
+    })
+    .expect("order notice");
+    d.screenshot("16b-order-needs-a-newer-app").expect("shot");
 }
 
 /// The app's own status (`get_status`, what the status bar shows), over IPC.

@@ -5,7 +5,7 @@ use holdfast_protocol::model::{Invoice, InvoiceStatus};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-type InvoiceRow = (Uuid, Uuid, i64, String, Option<DateTime<Utc>>);
+type InvoiceRow = (Uuid, Uuid, i64, String, Option<DateTime<Utc>>, i64);
 
 pub async fn load(
     conn: &mut PgConnection,
@@ -13,7 +13,7 @@ pub async fn load(
     id: Uuid,
 ) -> Result<Option<Invoice>, sqlx::Error> {
     let row: Option<InvoiceRow> = sqlx::query_as(
-        "select id, order_id, amount, status, paid_at from invoices where tenant_id = $1 and id = $2",
+        "select id, order_id, amount, status, paid_at, amount_paid from invoices where tenant_id = $1 and id = $2",
     )
     .bind(tenant_id)
     .bind(id)
@@ -29,7 +29,7 @@ pub async fn load_many(
     ids: &[Uuid],
 ) -> Result<Vec<Invoice>, sqlx::Error> {
     let rows: Vec<InvoiceRow> = sqlx::query_as(
-        "select id, order_id, amount, status, paid_at from invoices where tenant_id = $1 and id = any($2)",
+        "select id, order_id, amount, status, paid_at, amount_paid from invoices where tenant_id = $1 and id = any($2)",
     )
     .bind(tenant_id)
     .bind(ids)
@@ -38,7 +38,7 @@ pub async fn load_many(
     Ok(rows.into_iter().map(from_row).collect())
 }
 
-fn from_row((id, order_id, amount, status, paid_at): InvoiceRow) -> Invoice {
+fn from_row((id, order_id, amount, status, paid_at, amount_paid): InvoiceRow) -> Invoice {
     Invoice {
         id,
         order_id,
@@ -49,5 +49,6 @@ fn from_row((id, order_id, amount, status, paid_at): InvoiceRow) -> Invoice {
             InvoiceStatus::AwaitingPayment
         },
         paid_at,
+        amount_paid,
     }
 }

@@ -4,12 +4,14 @@ pub mod audit;
 pub mod changes;
 pub mod customers;
 pub mod deliveries;
+pub mod inbound_events;
 pub mod invoices;
 pub mod order_history;
 pub mod orders;
 pub mod outbox;
 pub mod partners;
 pub mod price_lists;
+pub mod reads;
 pub mod sessions;
 pub mod skus;
 pub mod tenancy;
@@ -17,13 +19,21 @@ pub mod tenancy;
 use sqlx::migrate::Migrator;
 use sqlx::PgPool;
 
-pub use tenancy::{begin_for_tenant, begin_snapshot_for_tenant};
+pub use tenancy::{
+    begin_for_tenant, begin_for_tenant_on, begin_snapshot_for_tenant, begin_snapshot_for_tenant_on,
+};
 
 /// The schema, embedded at compile time from `migrations/`.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
-pub async fn migrate(db: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(db).await
+/// Brings the schema up to this build's; see [`crate::schema`] for what
+/// happens when the database is newer or damaged.
+pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
+    let report = crate::schema::migrate(db).await?;
+    for (version, description) in &report.applied {
+        tracing::info!(version, %description, "applied migration");
+    }
+    Ok(())
 }
 
 /// True when every embedded migration is applied successfully (for /readyz).

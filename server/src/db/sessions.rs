@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::auth;
 use crate::auth::Caller;
+use crate::db::reads::WalPosition;
 
 /// Checks the credentials and, if right, stores a new device token's digest.
 /// Unknown tenant, unknown or deactivated user and wrong password are one
@@ -97,8 +98,16 @@ pub async fn login(
 /// belongs to an active user (deactivating revokes the tokens too; this holds
 /// even for a token issued in a race with the deactivation).
 pub async fn caller_for_token(db: &PgPool, token: &str) -> Result<Option<Caller>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, Uuid, String, String)> = sqlx::query_as(
-        "select d.tenant_id, d.user_id, d.id, u.role, u.display_name
+    // The WAL position rides along (no extra round trip): it is the floor a
+    // replica must reach before it may serve this request's reads
+    // (`db/reads.rs`). Only a primary has one; on a standby the function
+    // raises, hence the case.
+    type Row = (Uuid, Uuid, Uuid, String, String, Option<i64>, i64);
+    let row: Option<Row> = sqlx::query_as(
+        "select d.tenant_id, d.user_id, d.id, u.role, u.display_name,
+                case when not pg_is_in_recovery()
+                     then (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint end,
+                current_setting('wal_block_size')::bigint
            from device_tokens d
            join users u on u.tenant_id = d.tenant_id and u.id = d.user_id
           where d.token_sha256 = $1 and d.revoked_at is null and u.active",
@@ -106,17 +115,18 @@ pub async fn caller_for_token(db: &PgPool, token: &str) -> Result<Option<Caller>
     .bind(auth::token_digest(token))
     .fetch_optional(db)
     .await?;
-    Ok(
-        row.and_then(|(tenant_id, user_id, token_id, role, display_name)| {
+    Ok(row.and_then(
+        |(tenant_id, user_id, token_id, role, display_name, wal, block)| {
             Some(Caller {
                 tenant_id,
                 user_id,
                 token_id,
                 role: Role::parse(&role)?,
                 display_name,
+                primary_wal: wal.map(|insert| WalPosition::from_insert(insert, block)),
             })
-        }),
-    )
+        },
+    ))
 }
 
 /// Revokes one token; every later request with it is a 401.

@@ -70,7 +70,7 @@
 //! them the plans stay what they were (the policy's condition equals the
 //! query's own, and the planner folds it into a one-time filter).
 
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 /// The role a bound transaction runs as (created by the migration).
@@ -95,6 +95,29 @@ pub async fn begin_snapshot_for_tenant(
     // One statement that cannot fail once the connection is up, so sqlx's
     // own error handling for BEGIN holds (see the module docs).
     let mut tx = db
+        .begin_with("begin isolation level repeatable read, read only")
+        .await?;
+    bind_in_tx(&mut tx, tenant_id).await?;
+    Ok(tx)
+}
+
+/// [`begin_for_tenant`] on a connection already in hand (a read's, from
+/// `db::reads::Reads::connection`, which may be the replica's).
+pub async fn begin_for_tenant_on(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    let mut tx = conn.begin().await?;
+    bind_in_tx(&mut tx, tenant_id).await?;
+    Ok(tx)
+}
+
+/// [`begin_snapshot_for_tenant`] on a connection already in hand.
+pub async fn begin_snapshot_for_tenant_on(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    let mut tx = conn
         .begin_with("begin isolation level repeatable read, read only")
         .await?;
     bind_in_tx(&mut tx, tenant_id).await?;

@@ -340,6 +340,15 @@ async fn savepoint_chunk(
             // item. Answer the whole push 503; this transaction rolls back
             // and the desk retries the batch, replaying what committed.
             Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
+            // A row this item needs stayed locked past the bound: this item
+            // alone answers 503 (nothing stored, the desk retries its key).
+            Err(e) if crate::error::is_row_lock_timeout(&e) => {
+                tracing::warn!(key = %item.key, "batch item waited too long for a row lock");
+                sqlx::query("rollback to savepoint item")
+                    .execute(&mut *tx)
+                    .await?;
+                Outcome::problem(&crate::error::Error::Internal(e).to_problem())
+            }
             Err(e) => {
                 tracing::error!(error = format!("{e:#}"), key = %item.key, "batch item failed");
                 sqlx::query("rollback to savepoint item")

@@ -30,10 +30,10 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// One round trip on the common path: the bound is set by the statement's
 /// own (one-time) WHERE clause, which Postgres evaluates before the SELECT
 /// yields the row the INSERT then inserts, so before any wait on the index;
-/// and it is lifted by its RETURNING clause, evaluated once the row is in —
-/// the bound is for the key only, waiting behind a hot SKU row is normal.
-/// When the key exists (no row returned) the read of the stored answer lifts
-/// it instead.
+/// and it is replaced by `ROW_LOCK_TIMEOUT` in its RETURNING clause,
+/// evaluated once the row is in: the rest of the transaction may wait
+/// behind a hot SKU row, as is normal, but not for ever. When the key exists
+/// (no row returned) the read of the stored answer does the same.
 pub async fn claim_in_tx(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -45,12 +45,13 @@ pub async fn claim_in_tx(
         "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
          select $1, $2, $3, 0, ''::bytea where set_config('lock_timeout', $4, true) is not null
          on conflict (tenant_id, key) do nothing
-         returning set_config('lock_timeout', '0', true)",
+         returning set_config('lock_timeout', $5, true)",
     )
     .bind(tenant_id)
     .bind(key.as_str())
     .bind(fingerprint)
     .bind(lock_timeout)
+    .bind(super::ROW_LOCK_TIMEOUT)
     .fetch_optional(&mut *conn)
     .await;
     let inserted = match inserted {
@@ -64,11 +65,12 @@ pub async fn claim_in_tx(
         return Ok(Claim::Claimed);
     }
     let (stored_fingerprint, status, body, _): (String, i16, Vec<u8>, String) = sqlx::query_as(
-        "select fingerprint, status_code, response_body, set_config('lock_timeout', '0', true)
+        "select fingerprint, status_code, response_body, set_config('lock_timeout', $3, true)
            from idempotency_keys where tenant_id = $1 and key = $2",
     )
     .bind(tenant_id)
     .bind(key.as_str())
+    .bind(super::ROW_LOCK_TIMEOUT)
     .fetch_one(&mut *conn)
     .await?;
     Ok(resolve(fingerprint, &stored_fingerprint, status, body))

@@ -104,6 +104,14 @@ impl Done {
 
 /// How long a duplicate waits for the first request holding its key.
 pub(crate) const KEY_LOCK_TIMEOUT: &str = "2s";
+/// How long a mutation, once its key is claimed, waits for a row lock (a
+/// SKU's position, an order, a customer's invoices). Waiting behind other
+/// allocators on a hot SKU is normal and takes milliseconds each; this bound
+/// is for a transaction that holds the row and does not finish (stuck, or an
+/// operator's session left open), which would otherwise stall every request
+/// behind it for ever. Past it the request answers 503 with Retry-After,
+/// stores nothing, and the desk retries the same key.
+pub(crate) const ROW_LOCK_TIMEOUT: &str = "5s";
 /// What `request_in_flight` tells the caller to wait before retrying.
 pub const RETRY_AFTER_SECS: u64 = 1;
 

@@ -45,9 +45,55 @@ pub enum Position {
     },
 }
 
+/// A pull cursor: a [`Position`] in one history of the database. A restore
+/// starts a new history (see the migration `feed_history`); a cursor of
+/// another one is refused, never read against this one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// None: cut by a build that did not name histories.
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Uuid>,
+    #[serde(flatten)]
+    pub position: Position,
+}
+
+/// The database's history: its id, and whether it came from a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct History {
+    pub id: Uuid,
+    pub restored: bool,
+}
+
+impl History {
+    /// Whether a cursor or push naming `named` belongs to this history. One
+    /// naming none predates histories: it belongs here unless this database
+    /// has been restored since.
+    pub fn admits(&self, named: Option<Uuid>) -> bool {
+        match named {
+            Some(id) => id == self.id,
+            None => !self.restored,
+        }
+    }
+}
+
+/// Reads the database's history (one row; see the migration `feed_history`).
+pub async fn history(conn: &mut sqlx::PgConnection) -> Result<History, sqlx::Error> {
+    let (id, restored): (Uuid, bool) =
+        sqlx::query_as("select id, restored_at is not null from feed_history")
+            .fetch_one(conn)
+            .await?;
+    Ok(History { id, restored })
+}
+
 /// A pull failed: the database, or (never in practice) encoding a document.
 #[derive(Debug, thiserror::Error)]
 pub enum FeedError {
+    /// The cursor was cut in another history of this database: the server
+    /// has been restored from a backup since. Pull again from the start.
+    #[error(
+        "the cursor belongs to another history of this database (it was restored from a backup)"
+    )]
+    OtherHistory,
     #[error(transparent)]
     Db(#[from] sqlx::Error),
     #[error("encoding a document: {0}")]

@@ -58,7 +58,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::{FeedError, Position};
+use super::{Cursor, FeedError, History, Position};
 use crate::db;
 
 /// The order a first pull pages through the current state: what an order
@@ -75,24 +75,48 @@ const KINDS: [ChangeKind; 5] = [
 #[derive(Debug)]
 pub struct Page {
     pub changes: Vec<Change>,
-    pub next: Position,
+    pub next: Cursor,
+    /// The history the page was read in (the cursor's).
+    pub history: Uuid,
     /// More is available right now: pull again with `next` at once.
     pub has_more: bool,
 }
 
 /// At most `limit` documents after `from` (`None`: from the start, the whole
 /// current state first).
+///
+/// A cursor of another history of the database (it was restored from a
+/// backup since the cursor was cut) is refused with
+/// [`FeedError::OtherHistory`]: its position may lie past changes this
+/// history has yet to make, which it would then skip.
 pub async fn pull(
     db: &PgPool,
     tenant_id: Uuid,
-    from: Option<Position>,
+    from: Option<Cursor>,
+    limit: usize,
+) -> Result<Page, FeedError> {
+    let mut conn = db.acquire().await?;
+    pull_on(&mut conn, tenant_id, from, limit).await
+}
+
+/// [`pull`] on a connection in hand: the primary's, or a hot standby's
+/// (`db/reads.rs` says why the fence holds there).
+pub async fn pull_on(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    from: Option<Cursor>,
     limit: usize,
 ) -> Result<Page, FeedError> {
     let limit = limit.max(1);
-    let mut tx = db::begin_snapshot_for_tenant(db, tenant_id).await?;
-    let fence = fence_in_tx(&mut tx).await?;
+    let mut tx = db::begin_snapshot_for_tenant_on(conn, tenant_id).await?;
+    let (fence, history) = fence_and_history_in_tx(&mut tx).await?;
+    if let Some(cursor) = &from {
+        if !history.admits(cursor.history) {
+            return Err(FeedError::OtherHistory);
+        }
+    }
     let mut page = PageBuilder::default();
-    let mut pos = from.unwrap_or(Position::Snapshot {
+    let mut pos = from.map(|c| c.position).unwrap_or(Position::Snapshot {
         fence,
         kind: KINDS[0],
         after: None,
@@ -153,17 +177,27 @@ pub async fn pull(
     tx.commit().await?;
     Ok(Page {
         changes,
-        next: pos,
+        next: Cursor {
+            history: Some(history.id),
+            position: pos,
+        },
+        history: history.id,
         has_more,
     })
 }
 
-/// The feed fence of the transaction's snapshot: the oldest transaction id
-/// still in flight (see the module docs).
-async fn fence_in_tx(conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        .fetch_one(conn)
-        .await
+/// The feed fence of the transaction's snapshot (the oldest transaction id
+/// still in flight, see the module docs) and the database's history, in one
+/// round trip.
+async fn fence_and_history_in_tx(conn: &mut PgConnection) -> Result<(i64, History), sqlx::Error> {
+    let (fence, id, restored): (i64, Uuid, bool) = sqlx::query_as(
+        "select pg_snapshot_xmin(pg_current_snapshot())::text::bigint, id,
+                restored_at is not null
+           from feed_history",
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((fence, History { id, restored }))
 }
 
 /// Ids of the next documents of `kind`, by id, for a first pull.

@@ -210,7 +210,7 @@ pub(crate) async fn patch_partner(
 /// How long the old secret keeps signing after a rotation.
 const ROTATION_GRACE_HOURS: i64 = 24;
 
-#[utoipa::path(post, path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
+#[utoipa::path(post, operation_id = "rotate_partner_secret", path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
     params(("id" = Uuid, Path)),
     responses((status = 200, body = SecretResponse), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub(crate) async fn rotate_secret(
@@ -275,7 +275,7 @@ pub(crate) struct Requeued {
     state: DeliveryState,
 }
 
-#[utoipa::path(post, path = "/v1/admin/deliveries/{id}/requeue", security(("bearer" = [])),
+#[utoipa::path(post, operation_id = "requeue_delivery", path = "/v1/admin/deliveries/{id}/requeue", security(("bearer" = [])),
     params(("id" = i64, Path)),
     responses((status = 200, body = Requeued), (status = 404, body = Problem), (status = 403, body = Problem)))]
 pub(crate) async fn requeue(
@@ -297,7 +297,7 @@ pub(crate) async fn requeue(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/admin/stats", security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "relay_stats", path = "/v1/admin/stats", security(("bearer" = [])),
     responses((status = 200, body = Stats), (status = 403, body = Problem)))]
 pub(crate) async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Stats>> {
     caller.require(Role::Operator)?;

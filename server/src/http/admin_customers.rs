@@ -112,7 +112,7 @@ pub(crate) async fn create_price_list(
 }
 
 /// Replaces a price list's entries, from JSON or from a CSV file.
-#[utoipa::path(put, path = "/v1/admin/price-lists/{id}/prices",
+#[utoipa::path(put, operation_id = "put_price_list_prices", path = "/v1/admin/price-lists/{id}/prices",
     request_body(content(
         (PriceListPrices = "application/json"),
         (String = "text/csv")),
@@ -165,7 +165,8 @@ pub(crate) async fn get_price_list(
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<PriceList>> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let list = crate::db::price_lists::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     list.map(Json).ok_or_else(|| Error::not_found("price list"))

@@ -11,7 +11,6 @@
 //! these routes is ever logged (the trace layer records the path only, and
 //! the bodies' `Debug` is redacted).
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, OriginalUri, Request as HttpRequest, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,7 +25,7 @@ use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::extract::{body_rejection, parse_json, require_json_content_type};
+use super::extract::{parse_json, read_body, require_json_content_type};
 use super::mutations::{respond, Sent, IDEMPOTENCY_KEY, REPLAYED};
 use super::{ApiPath, ApiResult, ClientAddr};
 use crate::auth::Caller;
@@ -44,7 +43,7 @@ fn forget_password(body: &mut Value) {
 }
 
 /// The tenant's users, by email.
-#[utoipa::path(get, path = "/v1/admin/users", security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "list_users", path = "/v1/admin/users", security(("bearer" = [])),
     responses((status = 200, body = UserList), (status = 403, body = Problem)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -55,7 +54,7 @@ pub(crate) async fn list(
 }
 
 /// Creates a user with a generated password, shown in this answer only.
-#[utoipa::path(post, path = "/v1/admin/users", request_body = CreateUser, security(("bearer" = [])),
+#[utoipa::path(post, operation_id = "create_user", path = "/v1/admin/users", request_body = CreateUser, security(("bearer" = [])),
     params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
             description = "one key per intention, 1–255 characters")),
     responses((status = 201, body = CreatedUser,
@@ -86,7 +85,7 @@ pub(crate) async fn create(
 
 /// Renames, promotes, demotes, deactivates (revoking every token of the
 /// user) or reactivates a user.
-#[utoipa::path(patch, path = "/v1/admin/users/{id}", request_body = PatchUser, security(("bearer" = [])),
+#[utoipa::path(patch, operation_id = "patch_user", path = "/v1/admin/users/{id}", request_body = PatchUser, security(("bearer" = [])),
     params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
             description = "one key per intention, 1–255 characters"),
            ("id" = Uuid, Path)),
@@ -112,7 +111,7 @@ pub(crate) async fn patch(
 
 /// Gives the user a new generated password, shown in this answer only, and
 /// revokes every token they hold. Takes no body (or `{}`).
-#[utoipa::path(post, path = "/v1/admin/users/{id}/reset-password", security(("bearer" = [])),
+#[utoipa::path(post, operation_id = "reset_user_password", path = "/v1/admin/users/{id}/reset-password", security(("bearer" = [])),
     params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
             description = "one key per intention, 1–255 characters"),
            ("id" = Uuid, Path)),
@@ -141,7 +140,7 @@ pub(crate) async fn reset_password(
 
 /// Changes the caller's own password (any role). Every other token of
 /// theirs is revoked; the one this request used keeps working.
-#[utoipa::path(post, path = "/v1/sessions/current/password", request_body = ChangePassword,
+#[utoipa::path(post, operation_id = "change_own_password", path = "/v1/sessions/current/password", request_body = ChangePassword,
     security(("bearer" = [])),
     params(("Idempotency-Key" = String, Header, min_length = 1, max_length = 255,
             description = "one key per intention, 1–255 characters")),
@@ -251,9 +250,7 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
             })?;
         let key = IdempotencyKey::new(raw).map_err(|e| Error::from(e.to_problem()))?;
         let headers = req.headers().clone();
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(body_rejection)?;
+        let bytes = read_body(req, state).await?;
         let empty = Value::Object(serde_json::Map::new());
         if !bytes.iter().all(u8::is_ascii_whitespace) {
             require_json_content_type(&headers)?;

@@ -24,9 +24,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         require_json_content_type(req.headers())?;
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(body_rejection)?;
+        let bytes = read_body(req, state).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -38,10 +36,7 @@ impl<S: Send + Sync> FromRequest<S> for ApiBytes {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(req, state)
-            .await
-            .map(ApiBytes)
-            .map_err(body_rejection)
+        read_body(req, state).await.map(ApiBytes)
     }
 }
 
@@ -63,6 +58,40 @@ pub(super) fn require_json_content_type(headers: &axum::http::HeaderMap) -> Resu
             "send the body as Content-Type: application/json",
         ))
     }
+}
+
+/// The body, read whole within the route's limit (`DefaultBodyLimit`), or
+/// a 413 problem. A body whose declared Content-Length is past the limit is
+/// refused before a byte of it is read: otherwise a client declaring 5 GiB
+/// would be read up to the limit first (or, sending nothing, hold the
+/// request until it gives up).
+pub(super) async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Error> {
+    use axum::body::HttpBody;
+    use axum::RequestExt;
+
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let req = req.with_limited_body();
+    // The limited body's upper bound is the route's limit (or less, if the
+    // declared length is less): a declared length above it cannot fit.
+    if let (Some(declared), Some(limit)) = (declared, req.body().size_hint().upper()) {
+        if declared > limit {
+            return Err(too_large(limit));
+        }
+    }
+    Bytes::from_request(req, state)
+        .await
+        .map_err(body_rejection)
+}
+
+fn too_large(limit: u64) -> Error {
+    Error::problem(
+        ProblemCode::PayloadTooLarge,
+        format!("request bodies are limited to {limit} bytes"),
+    )
 }
 
 pub(super) fn body_rejection(rejection: BytesRejection) -> Error {
@@ -164,8 +193,23 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
                 let message = message
                     .strip_prefix("Failed to deserialize query string: ")
                     .unwrap_or(&message);
-                Error::validation("query", message.to_owned())
+                let (field, message) = query_field(message);
+                Error::validation(field, message.to_owned())
             })
+    }
+}
+
+/// The parameter a query rejection is about: axum puts its name first
+/// (`limit: number too large to fit in target type`), so a client learns
+/// which one to fix; "query" when the rejection names none.
+fn query_field(message: &str) -> (&str, &str) {
+    match message.split_once(": ") {
+        Some((name, rest))
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            (name, rest)
+        }
+        _ => ("query", message),
     }
 }
 

@@ -31,6 +31,7 @@ macro_rules! keyed_write {
 pub(crate) mod admin;
 pub(crate) mod admin_catalog;
 pub(crate) mod admin_customers;
+pub(crate) mod admin_inbound;
 pub(crate) mod admin_page;
 pub(crate) mod admin_users;
 mod cursor;
@@ -41,6 +42,7 @@ pub(crate) mod invoices;
 pub(crate) mod mutations;
 pub(crate) mod ops;
 pub(crate) mod orders;
+pub mod serve;
 pub(crate) mod sessions;
 pub(crate) mod skus;
 pub(crate) mod sync;
@@ -91,6 +93,14 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/deliveries", get(admin::list_deliveries))
         .route("/admin/deliveries/{id}/requeue", post(admin::requeue))
         .route("/admin/stats", get(admin::stats))
+        .route(
+            "/admin/inbound-events",
+            get(admin_inbound::list_inbound_events),
+        )
+        .route(
+            "/admin/payment-mismatches",
+            get(admin_inbound::list_payment_mismatches),
+        )
         // v1.1 master data: users and passwords (admin_users.rs).
         .route(
             "/admin/users",

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::extract::{
-    body_rejection, parse_json, parse_json_keeping_nul, require_json_content_type, ApiBytes,
+    parse_json, parse_json_keeping_nul, read_body, require_json_content_type, ApiBytes,
 };
 use super::{ApiPath, ApiResult};
 use crate::auth::Caller;
@@ -73,9 +73,7 @@ impl<S: Send + Sync, B: DeserializeOwned> FromRequest<S> for Sent<B> {
         };
         let key = required_key(req.headers())?;
         require_json_content_type(req.headers())?;
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(body_rejection)?;
+        let bytes = read_body(req, state).await?;
         let value: serde_json::Value = parse_json(&bytes)?;
         let body = json::typed(&value)?;
         Ok(Sent {
@@ -107,6 +105,18 @@ fn required_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
     IdempotencyKey::new(raw).map_err(|e| Error::from(e.to_problem()))
 }
 
+/// `Holdfast-History`, if sent.
+fn named_history(headers: &HeaderMap) -> Result<Option<Uuid>, Error> {
+    let Some(raw) = headers.get(HISTORY) else {
+        return Ok(None);
+    };
+    raw.to_str()
+        .ok()
+        .and_then(|s| Uuid::parse_str(s.trim()).ok())
+        .map(Some)
+        .ok_or_else(|| Error::validation("Holdfast-History", "not a history this server issued"))
+}
+
 /// A master-data upload: a CSV file (`text/csv`) with its key and
 /// fingerprint, which is over the file's exact bytes.
 pub(crate) struct SentFile {
@@ -136,9 +146,7 @@ impl<S: Send + Sync> FromRequest<S> for SentFile {
                 "send the file as Content-Type: text/csv",
             ));
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(body_rejection)?;
+        let bytes = read_body(req, state).await?;
         let fingerprint =
             holdfast_protocol::canonical::raw_request_fingerprint(&method, &path, &bytes);
         Ok(SentFile {
@@ -272,9 +280,19 @@ mutation_route!(cancel, post, "/v1/orders/{id}/cancel", BaseVersion, 200, Order,
     order_id: Uuid, BaseVersion { base_version } => Mutation::Cancel { order_id, base_version },
     ["id"]);
 
+/// The header a desk names its database history in (`PullResponse::history`).
+pub(crate) const HISTORY: &str = "holdfast-history";
+
 /// The desktop's transport: up to 500 mutations, one result each, in order.
+///
+/// With `Holdfast-History` (the history of the desk's last pull), a server
+/// restored from a backup since then answers 410 `server_restored` and runs
+/// nothing: the desk's queue was made against a newer state than this one
+/// holds, and it must pull and re-send first (client/src/sync.rs).
 #[utoipa::path(post, path = "/v1/sync/push", request_body = PushRequest, security(("bearer" = [])),
-    responses((status = 200, body = PushResponse), (status = 400, body = Problem), (status = 401, body = Problem)))]
+    params(("Holdfast-History" = Option<Uuid>, Header, description = "the `history` of the desk's last pull")),
+    responses((status = 200, body = PushResponse), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 410, body = Problem, description = "`server_restored`: the server was restored from a backup since the desk's last pull; nothing was run")))]
 pub(crate) async fn push(
     State(state): State<AppState>,
     caller: Caller,
@@ -282,6 +300,13 @@ pub(crate) async fn push(
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<Json<PushResponse>> {
     require_json_content_type(&headers)?;
+    if let Some(named) = named_history(&headers)? {
+        let mut conn = state.db.acquire().await?;
+        let history = crate::feed::history(&mut conn).await?;
+        if !history.admits(Some(named)) {
+            return Err(super::sync::restored());
+        }
+    }
     // Items are judged one by one (engine::parse_item): a NUL in one item is
     // that item's 400, not the whole batch's.
     let req: PushRequest = parse_json_keeping_nul(&body)?;

@@ -43,7 +43,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-#[utoipa::path(get, path = "/metrics",
+#[utoipa::path(get, operation_id = "get_metrics", path = "/metrics",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     (
@@ -53,7 +53,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-#[utoipa::path(get, path = "/openapi.json",
+#[utoipa::path(get, operation_id = "get_openapi", path = "/openapi.json",
     responses((status = 200, description = "this API as OpenAPI 3", body = Object)))]
 pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())

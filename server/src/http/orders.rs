@@ -31,7 +31,7 @@ pub(crate) struct ListParams {
     after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/orders", params(ListParams), security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "list_orders", path = "/v1/orders", params(ListParams), security(("bearer" = [])),
     responses((status = 200, body = OrdersPage), (status = 400, body = Problem), (status = 401, body = Problem)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -44,7 +44,9 @@ pub(crate) async fn list(
         .as_deref()
         .map(|c| cursor::decode::<(DateTime<Utc>, Uuid)>("after", c))
         .transpose()?;
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let mut orders =
         crate::db::orders::list(&mut tx, caller.tenant_id, params.status, after, limit + 1).await?;
     tx.commit().await?;
@@ -57,14 +59,16 @@ pub(crate) async fn list(
     Ok(Json(OrdersPage { orders, next }))
 }
 
-#[utoipa::path(get, path = "/v1/orders/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
+#[utoipa::path(get, operation_id = "get_order", path = "/v1/orders/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Order), (status = 404, body = Problem), (status = 401, body = Problem)))]
 pub(crate) async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Order>> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let order = crate::db::orders::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     order.map(Json).ok_or_else(|| Error::not_found("order"))
@@ -75,7 +79,7 @@ pub(crate) async fn get_one(
 /// Who made each change, the key of the request that made it, and what
 /// became of the partner events it produced. Any role of the tenant may read
 /// it; another tenant's order answers 404, as `GET /v1/orders/{id}` does.
-#[utoipa::path(get, path = "/v1/orders/{id}/history", security(("bearer" = [])), params(("id" = Uuid, Path)),
+#[utoipa::path(get, operation_id = "get_order_history", path = "/v1/orders/{id}/history", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = OrderHistory, description = "one entry per version of the order, oldest first"),
               (status = 404, body = Problem, description = "`not_found`: no such order in your tenant"),
               (status = 401, body = Problem)))]
@@ -84,7 +88,9 @@ pub(crate) async fn history(
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<OrderHistory>> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let history = crate::db::order_history::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     history.map(Json).ok_or_else(|| Error::not_found("order"))
@@ -96,7 +102,7 @@ pub(crate) async fn history(
 /// the longest waiting first. A delivery an operator requeued, or that has
 /// been delivered since, no longer counts. Any role of the tenant may read
 /// it: desks flag these orders.
-#[utoipa::path(get, path = "/v1/orders/dead-lettered", security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "list_dead_lettered_orders", path = "/v1/orders/dead-lettered", security(("bearer" = [])),
     responses((status = 200, body = DeadLetteredOrders,
                description = "the orders with at least one dead-lettered partner delivery, by `oldest_at`"),
               (status = 401, body = Problem)))]
@@ -104,7 +110,9 @@ pub(crate) async fn dead_lettered(
     State(state): State<AppState>,
     caller: Caller,
 ) -> ApiResult<Json<DeadLetteredOrders>> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let orders = crate::db::deliveries::dead_lettered_orders(&mut tx, caller.tenant_id).await?;
     tx.commit().await?;
     Ok(Json(DeadLetteredOrders { orders }))

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::http::ApiResult;
 use crate::AppState;
 
-#[utoipa::path(post, path = "/v1/sessions", request_body = LoginRequest,
+#[utoipa::path(post, operation_id = "create_session", path = "/v1/sessions", request_body = LoginRequest,
     responses((status = 201, body = LoginResponse),
               (status = 401, body = Problem, description = "`unauthorized`: wrong tenant, email or password (one answer for all)"),
               (status = 429, body = Problem, description = "`rate_limited`: too many recent failed sign-ins for this account or address",
@@ -57,7 +57,7 @@ pub(crate) async fn login(
     }
 }
 
-#[utoipa::path(delete, path = "/v1/sessions/current", security(("bearer" = [])),
+#[utoipa::path(delete, operation_id = "revoke_current_session", path = "/v1/sessions/current", security(("bearer" = [])),
     responses((status = 204), (status = 401, body = Problem)))]
 pub(crate) async fn logout(State(state): State<AppState>, caller: Caller) -> ApiResult<StatusCode> {
     let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;

@@ -29,7 +29,7 @@ pub(crate) struct ListParams {
     after: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/skus", params(ListParams), security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "list_skus", path = "/v1/skus", params(ListParams), security(("bearer" = [])),
     responses((status = 200, body = SkusPage), (status = 400, body = Problem), (status = 401, body = Problem)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -42,7 +42,9 @@ pub(crate) async fn list(
         .as_deref()
         .map(|c| cursor::decode::<SkuKey>("after", c))
         .transpose()?;
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let mut skus = crate::db::skus::search(
         &mut tx,
         caller.tenant_id,
@@ -62,14 +64,16 @@ pub(crate) async fn list(
     Ok(Json(SkusPage { skus, next }))
 }
 
-#[utoipa::path(get, path = "/v1/skus/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
+#[utoipa::path(get, operation_id = "get_sku", path = "/v1/skus/{id}", security(("bearer" = [])), params(("id" = Uuid, Path)),
     responses((status = 200, body = Sku), (status = 404, body = Problem), (status = 401, body = Problem)))]
 pub(crate) async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> ApiResult<Json<Sku>> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let mut tx = crate::db::begin_for_tenant_on(&mut conn, caller.tenant_id).await?;
     let sku = crate::db::skus::load(&mut tx, caller.tenant_id, id).await?;
     tx.commit().await?;
     sku.map(Json).ok_or_else(|| Error::not_found("SKU"))

@@ -10,13 +10,13 @@ use axum::response::IntoResponse;
 use axum::Json;
 use futures_util::stream::{self, StreamExt};
 use holdfast_protocol::model::PullResponse;
-use holdfast_protocol::problem::Problem;
+use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde::Deserialize;
 
 use super::{cursor, ApiQuery};
 use crate::auth::Caller;
 use crate::error::Error;
-use crate::feed::{self, Position};
+use crate::feed;
 use crate::http::ApiResult;
 use crate::AppState;
 
@@ -40,8 +40,9 @@ pub(crate) struct PullParams {
     limit: Option<i64>,
 }
 
-#[utoipa::path(get, path = "/v1/sync/pull", params(PullParams), security(("bearer" = [])),
-    responses((status = 200, body = PullResponse), (status = 400, body = Problem), (status = 401, body = Problem)))]
+#[utoipa::path(get, operation_id = "pull_changes", path = "/v1/sync/pull", params(PullParams), security(("bearer" = [])),
+    responses((status = 200, body = PullResponse), (status = 400, body = Problem), (status = 401, body = Problem),
+              (status = 410, body = Problem, description = "`server_restored`: the cursor was cut before the server was restored from a backup; pull again without one")))]
 pub(crate) async fn pull(
     State(state): State<AppState>,
     caller: Caller,
@@ -52,16 +53,32 @@ pub(crate) async fn pull(
         .cursor
         .as_deref()
         .filter(|c| !c.is_empty())
-        .map(|c| cursor::decode::<Position>("cursor", c))
+        .map(|c| cursor::decode::<feed::Cursor>("cursor", c))
         .transpose()?;
-    let page = feed::pull::pull(&state.db, caller.tenant_id, from, limit as usize)
+    // A read the replica may serve (`db/reads.rs`).
+    let mut conn = state.reads.connection(&caller).await?;
+    let page = feed::pull::pull_on(&mut conn, caller.tenant_id, from, limit as usize)
         .await
-        .map_err(|e| Error::Internal(e.into()))?;
+        .map_err(|e| match e {
+            feed::FeedError::OtherHistory => restored(),
+            e => Error::Internal(e.into()),
+        })?;
     Ok(Json(PullResponse {
         changes: page.changes,
         cursor: cursor::encode(&page.next),
         has_more: page.has_more,
+        history: Some(page.history),
     }))
+}
+
+/// 410 `server_restored`: what a desk from before a restore hears, on a pull
+/// with its old cursor or a push naming its old history.
+pub(crate) fn restored() -> Error {
+    Error::problem(
+        ProblemCode::ServerRestored,
+        "this server's database was restored from a backup after your last pull: \
+         nothing was applied; pull again from the start (no cursor) and re-send what it lacks",
+    )
 }
 
 /// `event: changed` with `data: {"cursor": ...}` once a commit touching the
@@ -70,7 +87,7 @@ pub(crate) async fn pull(
 /// nothing to fetch. It is never a substitute for the desk's own cursor
 /// (changes before it may not be pulled yet). Open the stream first, then
 /// pull: every commit after the response starts is announced.
-#[utoipa::path(get, path = "/v1/sync/stream", security(("bearer" = [])),
+#[utoipa::path(get, operation_id = "stream_changes", path = "/v1/sync/stream", security(("bearer" = [])),
     responses((status = 200, content_type = "text/event-stream", body = String,
                description = "`event: changed` / `data: {\"cursor\"}` per commit; a comment at least every 15 s"),
               (status = 401, body = Problem)))]

@@ -53,7 +53,7 @@ pub(crate) struct WebhookAck {
     pub status: Ack,
 }
 
-#[utoipa::path(post, path = "/v1/webhooks/{tenant}/{provider}", request_body = InboundEvent,
+#[utoipa::path(post, operation_id = "receive_inbound_webhook", path = "/v1/webhooks/{tenant}/{provider}", request_body = InboundEvent,
     params(("tenant" = String, Path), ("provider" = String, Path, description = "warehouse or payments"),
            ("webhook-id" = String, Header, description = "the event id; a redelivery carries the same one"),
            ("webhook-timestamp" = String, Header, description = "unix seconds; more than 5 minutes off is refused"),
@@ -94,8 +94,10 @@ pub(crate) async fn receive(
         bad_signature()
     })?;
     require_json_content_type(&headers)?;
-    let InboundEvent { type_, data } = parse_json(&body)?;
-    let envelope = inbox::Envelope { type_, data };
+    // A body we cannot read is refused and recorded by the inbox like any
+    // other refusal (the signature showed it came from the provider).
+    let envelope = parse_json::<InboundEvent>(&body)
+        .map(|InboundEvent { type_, data }| inbox::Envelope { type_, data });
     match inbox::handle(&state.db, tenant_id, provider, event_id, &body, envelope).await? {
         Handled::Processed => Ok(Json(WebhookAck {
             status: Ack::Processed,

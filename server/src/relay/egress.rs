@@ -13,21 +13,65 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
 
 /// True for addresses a partner endpoint may not be: our loopback, private
-/// and link-local ranges, CGNAT, unspecified, multicast, broadcast.
+/// and link-local ranges, CGNAT, unspecified, multicast, broadcast — and the
+/// same ranges reached through an IPv6 address that carries an IPv4 one
+/// (see [`embedded_v4`]), which a NAT64 gateway or a 6to4/Teredo relay
+/// would route to that IPv4 address.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal_v4(v4);
-            }
             let first = v6.segments()[0];
-            v6.is_loopback()
+            if v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (first & 0xffc0) == 0xfe80
+            // link-local fe80::/10
+            {
+                return true;
+            }
+            match embedded_v4(v6) {
+                Embedded::None => false,
+                Embedded::LocalUse => true,
+                Embedded::One(v4) => is_internal_v4(v4),
+                Embedded::Two(a, b) => is_internal_v4(a) || is_internal_v4(b),
+            }
         }
+    }
+}
+
+/// IPv4 addresses an IPv6 address carries.
+#[derive(Debug, PartialEq, Eq)]
+enum Embedded {
+    None,
+    One(Ipv4Addr),
+    /// Teredo carries two: the Teredo server and the client's (obfuscated).
+    Two(Ipv4Addr, Ipv4Addr),
+    /// The local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215): where it embeds
+    /// the IPv4 address depends on the operator's prefix length, and it is
+    /// never a public destination anyway, so the whole prefix is refused.
+    LocalUse,
+}
+
+fn embedded_v4(v6: Ipv6Addr) -> Embedded {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    match s {
+        // IPv4-mapped ::ffff:a.b.c.d and IPv4-compatible ::a.b.c.d (the
+        // deprecated form; :: and ::1 are caught before this).
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0, 0, 0, 0, 0, 0, hi, lo] => Embedded::One(v4(hi, lo)),
+        // NAT64 well-known prefix 64:ff9b::/96 (RFC 6052).
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Embedded::One(v4(hi, lo)),
+        [0x64, 0xff9b, 1, ..] => Embedded::LocalUse,
+        // 6to4 2002:AABB:CCDD::/48 (RFC 3056): the IPv4 address is bits 16..48.
+        [0x2002, hi, lo, ..] => Embedded::One(v4(hi, lo)),
+        // Teredo 2001:0::/32 (RFC 4380): the server's IPv4 in bits 32..64,
+        // the client's in the last 32 bits, inverted.
+        [0x2001, 0, server_hi, server_lo, _, _, client_hi, client_lo] => {
+            Embedded::Two(v4(server_hi, server_lo), v4(!client_hi, !client_lo))
+        }
+        _ => Embedded::None,
     }
 }
 
@@ -149,11 +193,63 @@ mod tests {
                 "{ip} should be internal"
             );
         }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(
                 !is_internal(ip.parse().expect("ip")),
                 "{ip} should be public"
             );
+        }
+    }
+
+    /// Before: each of these passed as a public address, and a NAT64
+    /// gateway or 6to4/Teredo relay would carry the delivery to the IPv4
+    /// address inside.
+    #[test]
+    fn ipv4_addresses_inside_ipv6_ones_get_the_same_rules() {
+        for ip in [
+            "::127.0.0.1",               // IPv4-compatible
+            "::10.0.0.1",                //
+            "64:ff9b::127.0.0.1",        // NAT64
+            "64:ff9b::a9fe:a9fe",        // NAT64 of 169.254.169.254 (cloud metadata)
+            "64:ff9b:1::8.8.8.8",        // local-use NAT64: refused whole
+            "64:ff9b:1:ab::1",           //
+            "2002:7f00:1::1",            // 6to4 of 127.0.0.1
+            "2002:c0a8:101::1",          // 6to4 of 192.168.1.1
+            "2001:0:0a00:1::1",          // Teredo, server 10.0.0.1
+            "2001:0:808:808::80ff:fffe", // Teredo, client !(7f00:0001) = 127.0.0.1
+        ] {
+            assert!(
+                is_internal(ip.parse().expect("ip")),
+                "{ip} should be internal"
+            );
+        }
+        for ip in [
+            "::8.8.8.8",
+            "64:ff9b::8.8.8.8",
+            "2002:808:808::1",
+            "2001:0:808:808::f7f7:f7f7", // Teredo, server and client 8.8.8.8
+        ] {
+            assert!(
+                !is_internal(ip.parse().expect("ip")),
+                "{ip} should be public"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn registration_check_refuses_embedded_internal_addresses() {
+        for url in [
+            "http://[64:ff9b::7f00:1]:9/hook",
+            "http://[2002:c0a8:101::1]/hook",
+            "http://[::127.0.0.1]/",
+        ] {
+            let err = check_url(url, false).await.expect_err(url);
+            assert!(matches!(err, EgressError::Internal { .. }), "{url}: {err}");
         }
     }
 

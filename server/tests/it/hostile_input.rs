@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::support::{assert_problem, key, TestServer, MIGRATIONS};
+use crate::support::{assert_problem, key, order_with_line, TestServer, MIGRATIONS};
 
 fn field(body: &Value) -> &str {
     body["errors"][0]["field"].as_str().unwrap_or_default()
@@ -173,4 +173,74 @@ async fn an_order_total_past_bigint_cannot_overflow_confirm(db: PgPool) {
             .await;
         assert_eq!(r.status.as_u16(), confirmed, "{}", r.json());
     }
+}
+
+/// Sends `body` as it is, bytes and all (a `Value` could not hold a
+/// duplicate member).
+async fn raw_post(
+    s: &TestServer,
+    token: Option<&str>,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+) -> (StatusCode, Value) {
+    let mut req = s
+        .http
+        .post(s.url(path))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(key) = key {
+        req = req.header("idempotency-key", key);
+    }
+    crate::support::read(req.send().await.expect("send")).await
+}
+
+/// Before: `{"qty": 1, "qty": 5}` allocated 5 (serde_json keeps the last
+/// member; another parser on the way would have read 1). Now every transport
+/// answers 400 malformed_json, nothing changes, and the key stays free.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_member_named_twice_is_refused_on_every_transport(db: PgPool) {
+    let s = TestServer::start(db).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M");
+    let (order, line) = order_with_line(&s, &dana, sku, 5).await;
+    let allocate = format!("/v1/orders/{order}/lines/{line}/allocate");
+
+    let k = key();
+    let (status, body) = raw_post(
+        &s,
+        Some(&dana),
+        &allocate,
+        Some(&k),
+        r#"{"qty": 1, "qty": 5}"#,
+    )
+    .await;
+    assert_problem(status, &body, 400, "malformed_json");
+    let push = format!(
+        r#"{{"mutations": [{{"idempotency_key": "{}", "method": "POST", "path": "{allocate}", "body": {{"qty": 5, "qty": 1}}}}]}}"#,
+        key()
+    );
+    let (status, body) = raw_post(&s, Some(&dana), "/v1/sync/push", None, &push).await;
+    assert_problem(status, &body, 400, "malformed_json");
+    let (status, body) = raw_post(
+        &s,
+        None,
+        "/v1/sessions",
+        None,
+        r#"{"tenant": "acme", "tenant": "globex", "email": "dana@acme.test", "password": "holdfast-demo", "device_name": "d"}"#,
+    )
+    .await;
+    assert_problem(status, &body, 400, "malformed_json");
+
+    let (_, current) = s.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(current["version"], 2, "nothing applied: {current}");
+    assert_eq!(current["lines"][0]["qty_allocated"], 0);
+    // The refused request stored nothing under its key: the same key with an
+    // unambiguous body runs (not a replay, not idempotency_key_reused).
+    let (status, body) = raw_post(&s, Some(&dana), &allocate, Some(&k), r#"{"qty": 1}"#).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["order"]["lines"][0]["qty_allocated"], 1);
 }

@@ -531,6 +531,8 @@ async fn sigterm_finishes_the_request_and_deliveries_in_flight(
         }
     }
     // The request and the deliveries are still in flight; let them finish.
+    // (The engine bounds a row-lock wait at ROW_LOCK_TIMEOUT, 5 s, far more
+    // than the few milliseconds from the lock to here.)
     assert!(!allocating.is_finished(), "the allocation is still waiting");
     assert!(server.child.try_wait().expect("try_wait").is_none());
     partner.release.send_replace(true);

@@ -49,6 +49,8 @@
  * | `list_rejections`   | —                                                                  | `RejectionView[]`            | `rejections` |
  * | `resolve_rejection` | `id, choice: RejectionChoice`                                      | `null`                       | `resolve_rejection` |
  * | `list_pending`      | —                                                                  | `[orderId, PendingMark][]`   | `pending` |
+ * | `list_held`         | —                                                                  | `HeldItem[]`                 | `held` (what this build keeps but cannot read, in words) |
+ * | `export_held`       | —                                                                  | `HeldExport` (`path`, `count`) | `export_held` into the user's Downloads folder (else the store's folder) as `holdfast-kept-<YYYY-MM-DD-HHMMSS>.json` |
  * | `mark_startup`      | `stage: 'page' \| 'ready'`                                         | `null`                       | — (logs the time since launch; see src-tauri `commands::mark_startup`) |
  *
  * A failing command rejects with a {@link BackendError}
@@ -78,6 +80,9 @@ import type { Choice } from './generated/Choice';
 import type { ConflictView } from './generated/ConflictView';
 import type { Customer } from './generated/Customer';
 import type { FieldDiff } from './generated/FieldDiff';
+import type { HeldExport } from './generated/HeldExport';
+import type { HeldItem } from './generated/HeldItem';
+import type { HeldKind } from './generated/HeldKind';
 import type { HistoryDelivery } from './generated/HistoryDelivery';
 import type { HistoryDeliveryState } from './generated/HistoryDeliveryState';
 import type { HistoryEntry } from './generated/HistoryEntry';
@@ -114,6 +119,9 @@ export type {
   ConflictView,
   Customer,
   FieldDiff,
+  HeldExport,
+  HeldItem,
+  HeldKind,
   HistoryDelivery,
   HistoryDeliveryState,
   HistoryEntry,
@@ -248,6 +256,15 @@ export interface Backend {
   resolveRejection(id: number, choice: RejectionChoice): Promise<void>;
   listPending(): Promise<PendingEntry[]>;
   /**
+   * What this build keeps without being able to read it: documents the
+   * server sent in a newer form, and the user's changes it cannot send.
+   * `what` and `why` are words for people; `order_id` is only for opening
+   * the order, never to show.
+   */
+  listHeld(): Promise<HeldItem[]>;
+  /** Saves everything held, raw, to a file for an administrator; the shell picks the folder. */
+  exportHeld(): Promise<HeldExport>;
+  /**
    * Startup marks: `page` when the page's first script runs (the webview is
    * up), `ready` when the first interactive screen is on show. The shell
    * logs the time since launch (benchmarks read it).
@@ -291,6 +308,8 @@ export const COMMANDS = {
   listRejections: 'list_rejections',
   resolveRejection: 'resolve_rejection',
   listPending: 'list_pending',
+  listHeld: 'list_held',
+  exportHeld: 'export_held',
   markStartup: 'mark_startup',
 } as const satisfies Record<Exclude<keyof Backend, 'kind' | 'on'>, string>;
 
@@ -344,6 +363,8 @@ export function createTauriBackend(
     listRejections: () => call(C.listRejections),
     resolveRejection: (id, choice) => call(C.resolveRejection, { id, choice }),
     listPending: () => call(C.listPending),
+    listHeld: () => call(C.listHeld),
+    exportHeld: () => call(C.exportHeld),
     markStartup: (stage) => call(C.markStartup, { stage }),
     on: async (event, handler) => {
       const unlisten = await listenFn<never>(EVENTS[event], (e) => handler(e.payload));

@@ -1,13 +1,14 @@
 /**
  * Canned data for the mock backend, typed with the types generated from
  * Rust (./generated/): the demo tenant's customers and SKUs, and builders
- * for what only the engine can produce — a conflict (`conflictFixture`) and
- * a refused act (`rejectionFixture`). A fixture states the engine's verdicts
+ * for what only the engine can produce — a conflict (`conflictFixture`), a
+ * refused act (`insufficientAts`) and something kept for a newer app
+ * (`heldFixture`). A fixture states the engine's verdicts
  * (which field collides, which choices a rejection offers) instead of
  * computing them: those rules live in client/src/conflict.rs and engine.rs,
  * and their tests are the Rust ones.
  */
-import type { ConflictView, Customer, FieldDiff, JsonValue, Order, RejectionChoice, RejectionView, Sku, Uuid } from './backend';
+import type { ConflictView, Customer, FieldDiff, HeldItem, HeldKind, JsonValue, Order, RejectionChoice, RejectionView, Sku, Uuid } from './backend';
 
 export const DEMO_PASSWORD = 'holdfast-demo';
 export const LONG_CUSTOMER = 'Brightwater & Sons Mercantile Company of Greater Northern Ontario';
@@ -129,5 +130,36 @@ export function insufficientAts(args: { skuId: Uuid; requested: number; atsNow: 
     detail: `only ${args.atsNow} available to sell`,
     facts: { ats_available: args.atsNow, requested: args.requested, ats_now: args.atsNow, sku_id: args.skuId },
     choices: [{ choice: 'reduce_to_ats', qty: args.atsNow }, { choice: 'remove_line' }, { choice: 'try_again' }, { choice: 'dismiss' }],
+  };
+}
+
+/** The engine's words for why it keeps something it cannot read (client/src/engine/held.rs). */
+export const HELD_WHY = {
+  /** A newer version of a record the desk showed before. */
+  newerDocument:
+    'The server has a newer version than this version of Holdfast can show. Update Holdfast to see it; until then you see it as it was.',
+  /** A record the desk never could show. */
+  unknownDocument: 'The server sent it in a form this version of Holdfast cannot show. It is kept: update Holdfast to see it.',
+  /** One of the user's changes, made with a newer app. */
+  newerAct:
+    'Made with a newer version of Holdfast, which this one cannot read. It is kept, and goes to the server once Holdfast is updated; later changes to this order wait behind it.',
+  /** One of the user's changes, damaged. */
+  damagedAct:
+    'It is damaged and cannot be sent. It is kept: save a copy for your administrator. Later changes to this order wait behind it.',
+} as const;
+
+/**
+ * Something the engine keeps without being able to read it, as `held()`
+ * lists it. `what` is the engine's description ("Order for Austin
+ * Boutique, PO AB-7", "A change to order for …"); `why` defaults to the
+ * engine's words for the kind.
+ */
+export function heldFixture(args: { kind: HeldKind; what: string; why?: string; orderId?: Uuid | null; since: string | number }): HeldItem {
+  return {
+    kind: args.kind,
+    what: args.what,
+    why: args.why ?? (args.kind === 'document' ? HELD_WHY.newerDocument : HELD_WHY.newerAct),
+    order_id: args.orderId ?? null,
+    since: new Date(args.since).toISOString(),
   };
 }

@@ -106,3 +106,21 @@ export function skuLabel(s: Pick<Sku, 'style' | 'color' | 'size'> | null | undef
 export function shortId(id: string): string {
   return id.slice(0, 8);
 }
+
+/**
+ * What an invoice's payments say, in words: "awaiting payment",
+ * "$100.00 paid, $68.00 still owed", "paid on June 3, 2026", and an
+ * over-payment named as such. `when` formats the paid date.
+ */
+export function paymentWords(
+  invoice: { amount: number; amount_paid: number; status: 'awaiting_payment' | 'paid'; paid_at: string | null },
+  when: (iso: string | null) => string,
+): string {
+  const { amount, amount_paid: paid } = invoice;
+  if (invoice.status === 'paid') {
+    const over = paid > amount ? `, over-paid by ${money(paid - amount)}` : '';
+    return `paid on ${when(invoice.paid_at)}${over}`;
+  }
+  if (paid > 0) return `${money(paid)} paid, ${money(amount - paid)} still owed`;
+  return 'awaiting payment';
+}

@@ -93,6 +93,15 @@ pub(crate) enum Command {
     /// Resolve a conflict or a rejection.
     #[command(subcommand)]
     Resolve(ResolveCommand),
+    /// What this version cannot read, kept: records the server sent in a
+    /// newer form, and your changes it cannot read or send (in quarantine;
+    /// each holds its order's later changes until a newer holdfast sends it).
+    Held {
+        /// Also write everything held, raw (keys, requests, documents), to
+        /// FILE as JSON, for an administrator.
+        #[arg(long, value_name = "FILE")]
+        export: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]

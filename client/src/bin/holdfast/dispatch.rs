@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use crate::args::{Cli, Command, LoginArgs, OrderCommand, ResolveCommand};
 use crate::render::{
-    act_text, conflicts_text, customers_text, order_text, orders_text, pending_json, pending_text,
-    rejections_text, short, skus_text, status_text, sync_json, sync_text, Out,
+    act_text, conflicts_text, customers_text, held_text, order_text, orders_text, pending_json,
+    pending_text, rejections_text, short, skus_text, status_text, sync_json, sync_text, Out,
 };
 
 fn default_store() -> PathBuf {
@@ -91,6 +91,24 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Resolve(cmd) => resolve(&engine, &out, cmd, !cli.no_sync).await,
+        Command::Held { export } => {
+            let held = engine.held()?;
+            let exported = match &export {
+                Some(path) => Some((path, engine.export_held(path)?)),
+                None => None,
+            };
+            out.print(
+                &json!({"held": held, "exported_to": exported.map(|(p, _)| p.display().to_string())}),
+                || {
+                    let mut text = held_text(&held);
+                    if let Some((path, n)) = exported {
+                        text.push_str(&format!("\nSaved {n} item(s) to {}.", path.display()));
+                    }
+                    text
+                },
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

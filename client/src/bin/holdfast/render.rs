@@ -6,7 +6,7 @@ use std::io::Write;
 
 use chrono::{DateTime, Utc};
 use holdfast_client::conflict::ConflictView;
-use holdfast_client::engine::{RejectionChoice, RejectionView, Status};
+use holdfast_client::engine::{HeldItem, RejectionChoice, RejectionView, Status};
 use holdfast_client::store::pending;
 use holdfast_client::view::{OrderView, SkuView};
 use holdfast_client::{Engine, Error, SyncReport};
@@ -132,6 +132,12 @@ pub(crate) fn status_text(s: &Status) -> String {
         out.push_str(&format!(
             "Partner events dead-lettered: {} order(s) (an operator must requeue them)\n",
             s.dead_lettered_orders
+        ));
+    }
+    if s.held > 0 {
+        out.push_str(&format!(
+            "Held for a newer holdfast: {} — see `holdfast held`\n",
+            s.held
         ));
     }
     if let Some(e) = &s.last_error {
@@ -382,6 +388,16 @@ pub(crate) fn conflicts_text(cs: &[ConflictView]) -> String {
         }
     }
     s
+}
+
+pub(crate) fn held_text(held: &[HeldItem]) -> String {
+    if held.is_empty() {
+        return "Nothing held: this version reads everything it has.".to_owned();
+    }
+    held.iter()
+        .map(|h| format!("{} (since {}): {}", h.what, h.since.to_rfc3339(), h.why))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 pub(crate) fn rejections_text(rs: &[RejectionView]) -> String {

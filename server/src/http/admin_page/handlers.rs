@@ -23,6 +23,7 @@ use super::session::{
 use super::{PageError, PageResult};
 use crate::auth::Caller;
 use crate::db::deliveries::{self, DeliveryState};
+use crate::db::inbound_events::{self, InboundOutcome};
 use crate::db::{begin_for_tenant, partners, sessions};
 use crate::AppState;
 
@@ -255,6 +256,16 @@ async fn render_dashboard(
         .collect();
     let dead = deliveries::list(&mut tx, tenant_id, Some(DeliveryState::Dead), ROWS).await?;
     let pending = deliveries::list(&mut tx, tenant_id, Some(DeliveryState::Pending), ROWS).await?;
+    let refused = inbound_events::list(
+        &mut tx,
+        tenant_id,
+        None,
+        Some(InboundOutcome::Refused),
+        None,
+        ROWS,
+    )
+    .await?;
+    let mismatched = inbound_events::payment_mismatches(&mut tx, tenant_id, ROWS).await?;
     tx.commit().await?;
     Ok(dashboard_page(&Dashboard {
         session,
@@ -264,5 +275,7 @@ async fn render_dashboard(
         partners,
         dead,
         pending,
+        refused,
+        mismatched,
     }))
 }

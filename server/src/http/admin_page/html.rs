@@ -20,6 +20,7 @@ use super::session::{login_csrf, session_cookie_named, set_cookie, Session, LOGI
 use super::write::Refusal;
 use crate::auth::Caller;
 use crate::db::deliveries::{self, Delivery, PartnerStats};
+use crate::db::inbound_events::{InboundEvent, PaymentMismatch};
 use crate::db::partners;
 
 /// Rows per table on the page; the JSON routes page through the rest.
@@ -39,6 +40,8 @@ pub(super) struct Dashboard<'a> {
     pub(super) partners: HashMap<Uuid, partners::Partner>,
     pub(super) dead: Vec<Delivery>,
     pub(super) pending: Vec<Delivery>,
+    pub(super) refused: Vec<InboundEvent>,
+    pub(super) mismatched: Vec<PaymentMismatch>,
 }
 
 pub(super) fn redirect(to: &str) -> Response {
@@ -411,6 +414,8 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
         partners,
         dead,
         pending,
+        refused,
+        mismatched,
     } = view;
     let csrf = &session.csrf;
     page_start(b, session, tenant_name, Section::Deliveries)?;
@@ -476,6 +481,7 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
 
     deliveries_table(b, "Dead letters", dead, csrf, "Requeue")?;
     deliveries_table(b, "Pending", pending, csrf, "Retry now")?;
+    super::inbound::sections(b, refused, mismatched)?;
     b.push_str("<p><a href=\"/admin\">Refresh</a></p></main>");
     Ok(())
 }
@@ -547,8 +553,11 @@ fn health(p: &PartnerStats) -> (&'static str, String) {
 }
 
 fn when(t: Option<DateTime<Utc>>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
-        .unwrap_or_else(|| "–".to_owned())
+    t.map(when_at).unwrap_or_else(|| "–".to_owned())
+}
+
+pub(super) fn when_at(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
 }
 
 /// "3 min 12 s", "2 h 5 min": how long, for people.

@@ -35,6 +35,7 @@ mod customers;
 mod form;
 mod handlers;
 mod html;
+mod inbound;
 mod price_lists;
 mod session;
 mod users;

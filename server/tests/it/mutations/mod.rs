@@ -3,6 +3,7 @@
 
 mod allocation;
 mod idempotency;
+mod lock_wait;
 mod push;
 
 use reqwest::StatusCode;

@@ -162,6 +162,7 @@ impl Desk {
             _ => panic!("allocate: {} {}", a.status, a.body),
         };
         tally.orders.push((order, version));
+        tally.finished_at.push(Instant::now());
         let a = self
             .until_answered(
                 tally,
@@ -190,6 +191,8 @@ pub struct Tally {
     pub slowest: Duration,
     /// Orders every step of which was acknowledged, with their version.
     pub orders: Vec<(Uuid, i64)>,
+    /// When each of `orders` had its last step acknowledged.
+    pub finished_at: Vec<Instant>,
     /// Allocation keys answered 200.
     pub allocations: Vec<String>,
 }
@@ -202,6 +205,7 @@ impl Tally {
         self.in_flight += other.in_flight;
         self.slowest = self.slowest.max(other.slowest);
         self.orders.extend(other.orders);
+        self.finished_at.extend(other.finished_at);
         self.allocations.extend(other.allocations);
     }
 }

@@ -40,10 +40,31 @@ impl ServerProcess {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> ServerProcess {
+        Self::spawn(database_url, data_dir, "127.0.0.1:0", extra, env)
+    }
+
+    /// [`ServerProcess::start`] on a given address (an instance restarted
+    /// where it listened before).
+    pub fn start_at(
+        database_url: Option<&str>,
+        data_dir: &Path,
+        listen: SocketAddr,
+        extra: &[&str],
+    ) -> ServerProcess {
+        Self::spawn(database_url, data_dir, &listen.to_string(), extra, &[])
+    }
+
+    fn spawn(
+        database_url: Option<&str>,
+        data_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let log = data_dir.join("server.log");
         let log_file = File::create(&log).expect("server log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_holdfast-server"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--demo", "--data-dir"])
+        cmd.args(["serve", "--listen", listen, "--demo", "--data-dir"])
             .arg(data_dir.join("data"))
             .args(extra)
             .envs(env.iter().copied())

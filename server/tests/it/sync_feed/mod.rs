@@ -25,7 +25,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A desk's mirror: every document it has pulled, and its cursor.
 #[derive(Default)]
-struct Mirror {
+pub(crate) struct Mirror {
     docs: HashMap<(String, String), (i64, Value)>,
     cursor: Option<String>,
     pulls: usize,
@@ -34,7 +34,7 @@ struct Mirror {
 impl Mirror {
     /// One pull, applied. Asserts the page's shape and that no document ever
     /// goes back to an older version.
-    async fn pull(&mut self, s: &TestServer, token: &str, limit: usize) -> Value {
+    pub(crate) async fn pull(&mut self, s: &TestServer, token: &str, limit: usize) -> Value {
         let path = match &self.cursor {
             Some(c) => format!("/v1/sync/pull?limit={limit}&cursor={c}"),
             None => format!("/v1/sync/pull?limit={limit}"),
@@ -62,11 +62,22 @@ impl Mirror {
     }
 
     /// Pulls until the server says there is no more right now.
-    async fn catch_up(&mut self, s: &TestServer, token: &str, limit: usize) {
+    pub(crate) async fn catch_up(&mut self, s: &TestServer, token: &str, limit: usize) {
         while self.pull(s, token, limit).await["has_more"] == json!(true) {}
     }
 
-    fn get(&self, kind: &str, id: Uuid) -> Option<&(i64, Value)> {
+    /// What a desk does with a mutation's answer: keeps the document it
+    /// carries unless the mirror already holds a newer version.
+    pub(crate) fn upsert_answer(&mut self, kind: &str, doc: &Value) {
+        let id = doc["id"].as_str().expect("id").to_owned();
+        let version = doc["version"].as_i64().expect("version");
+        let key = (kind.to_owned(), id);
+        if self.docs.get(&key).is_none_or(|(seen, _)| *seen <= version) {
+            self.docs.insert(key, (version, doc.clone()));
+        }
+    }
+
+    pub(crate) fn get(&self, kind: &str, id: Uuid) -> Option<&(i64, Value)> {
         self.docs.get(&(kind.to_owned(), id.to_string()))
     }
 
@@ -82,7 +93,12 @@ impl Mirror {
     }
 }
 
-async fn create_order(s: &TestServer, token: &str, tenant: &str, customer: &str) -> Uuid {
+pub(crate) async fn create_order(
+    s: &TestServer,
+    token: &str,
+    tenant: &str,
+    customer: &str,
+) -> Uuid {
     let id = Uuid::now_v7();
     let r = s
         .post(
@@ -99,7 +115,7 @@ async fn create_order(s: &TestServer, token: &str, tenant: &str, customer: &str)
 /// Edits an order's notes exactly as the engine would (version + 1 and its
 /// change row, one transaction) and leaves the transaction open. Returns it
 /// with its xid and the new version.
-async fn edit_in_open_tx(
+pub(crate) async fn edit_in_open_tx(
     db: &PgPool,
     tenant: Uuid,
     order: Uuid,

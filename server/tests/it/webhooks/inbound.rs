@@ -169,7 +169,8 @@ async fn payments_mark_invoices_paid_once_and_adjustments_respect_allocations(db
     let (_, inv) = s.get(&format!("/v1/invoices/{invoice}"), &dana).await;
     assert_eq!(inv["status"], "paid");
     let paid_at = inv["paid_at"].clone();
-    // A second, different event for the same invoice changes nothing.
+    // A second, different event for the same invoice pays it no more (it is
+    // kept as an over-payment: webhooks/refusals.rs).
     let (status, _) = send_inbound(
         &s,
         "acme",

@@ -3,7 +3,9 @@
 //! every signature.
 
 mod inbound;
+mod refusals;
 mod relay;
+mod relay_proofs;
 
 use holdfast_protocol::webhook;
 use reqwest::{Method, StatusCode};

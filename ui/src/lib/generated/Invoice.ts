@@ -2,4 +2,10 @@
 // Rendered from the Rust types by `make ui-types` (src-tauri/tests/ui_types.rs).
 import type { InvoiceStatus } from "./InvoiceStatus";
 
-export type Invoice = { id: string, order_id: string, amount: number, status: InvoiceStatus, paid_at: string | null, };
+export type Invoice = { id: string, order_id: string, amount: number, status: InvoiceStatus, paid_at: string | null, 
+/**
+ * What the payment provider has reported paid so far (v1.1, issue 15):
+ * below `amount` the invoice still awaits payment; above it, it was
+ * over-paid. Absent from servers before it: read as 0.
+ */
+amount_paid: number, };

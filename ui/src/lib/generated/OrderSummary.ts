@@ -26,4 +26,8 @@ stuck: boolean,
  * A partner delivery of this order's events is dead-lettered on the
  * server (as `OrderView::dead_lettered`).
  */
-dead_lettered: boolean, };
+dead_lettered: boolean, 
+/**
+ * As `OrderView::needs_newer_app`.
+ */
+needs_newer_app: boolean, };

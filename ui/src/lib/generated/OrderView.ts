@@ -37,4 +37,11 @@ pending_fields: Array<string>,
  * an operator to requeue it. As of the desk's last ask (at most a
  * minute old while online; the last answer while offline).
  */
-dead_lettered: boolean, };
+dead_lettered: boolean, 
+/**
+ * Part of this order needs a newer app: the server's latest version
+ * of it, or one of the user's acts on it, is something this build
+ * cannot read (kept, listed by `Engine::held`). What the desk shows
+ * is the last version it could read, and the order's later acts wait.
+ */
+needs_newer_app: boolean, };

@@ -4,4 +4,4 @@
 /**
  * Every problem code in API.md's error table.
  */
-export type ProblemCode = "malformed_json" | "validation_failed" | "idempotency_key_missing" | "idempotency_key_invalid" | "unauthorized" | "forbidden" | "not_found" | "version_conflict" | "request_in_flight" | "method_not_allowed" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "insufficient_ats" | "over_allocation" | "invalid_state" | "credit_limit_exceeded" | "blocked_by_earlier" | "rate_limited" | "internal" | "service_unavailable";
+export type ProblemCode = "malformed_json" | "validation_failed" | "idempotency_key_missing" | "idempotency_key_invalid" | "unauthorized" | "forbidden" | "not_found" | "version_conflict" | "request_in_flight" | "method_not_allowed" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "insufficient_ats" | "over_allocation" | "invalid_state" | "credit_limit_exceeded" | "blocked_by_earlier" | "rate_limited" | "internal" | "service_unavailable" | "server_restored";

@@ -27,4 +27,9 @@ stuck: number,
  * it): the orders whose `dead_lettered` is true. As of the desk's last
  * ask, at most a minute old while online.
  */
-dead_lettered_orders: number, };
+dead_lettered_orders: number, 
+/**
+ * Things this build holds without being able to read them (see
+ * `Engine::held`): kept documents and the user's acts in quarantine.
+ */
+held: number, };

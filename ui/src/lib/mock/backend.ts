@@ -5,8 +5,8 @@
  * to see its own acts. An act changes the order at once and waits as a
  * pending mark; a sync hands every waiting order to the pretend server as it
  * is. Conflicts and refused acts are not worked out here: a test (or the demo
- * seed) puts the engine's answer in place with {@link MockBackend.putConflict}
- * and {@link MockBackend.putRejection}. What collides, what the server
+ * seed) puts the engine's answer in place with {@link MockBackend.putConflict},
+ * {@link MockBackend.putRejection} and {@link MockBackend.putHeld}. What collides, what the server
  * refuses and how a resolution re-issues acts are the engine's rules
  * (client/src/engine.rs, conflict.rs), tested in Rust, not copied here.
  *
@@ -21,6 +21,8 @@ import type {
   Customer,
   EventName,
   EventPayloads,
+  HeldExport,
+  HeldItem,
   Invoice,
   NewOrder,
   OrderHistory,
@@ -119,6 +121,18 @@ export class MockBackend implements Backend {
     const view = this.desk.putRejection(orderId, act, problem);
     this.poke();
     return view;
+  }
+
+  /** The engine kept something it cannot read (a newer app's document or change); an order it names needs a newer app. */
+  putHeld(item: HeldItem): void {
+    this.desk.held.push(clone(item));
+    this.poke();
+  }
+
+  /** Holdfast was updated: everything kept is read again. */
+  clearHeld(): void {
+    this.desk.held = [];
+    this.poke();
   }
 
   // ------------------------------------------------------------ knobs for tests and the dev panel
@@ -313,7 +327,7 @@ export class MockBackend implements Backend {
   // ------------------------------------------------------------ views
 
   async listOrders(): Promise<OrderView[]> {
-    return [...this.desk.entries.values()].map(orderView);
+    return [...this.desk.entries].map(([id, e]) => orderView(e, this.desk.needsNewerApp(id)));
   }
 
   async listOrderSummaries(): Promise<OrderSummary[]> {
@@ -323,7 +337,7 @@ export class MockBackend implements Backend {
 
   async getOrder(orderId: Uuid): Promise<OrderView | null> {
     const e = this.desk.entries.get(orderId);
-    return e ? orderView(e) : null;
+    return e ? orderView(e, this.desk.needsNewerApp(orderId)) : null;
   }
 
   async searchSkus(q: string, limit: number, customerId: Uuid | null = null): Promise<SkuView[]> {
@@ -433,5 +447,21 @@ export class MockBackend implements Backend {
 
   async resolveRejection(id: number, choice: RejectionChoice): Promise<void> {
     this.desk.resolveRejection(id, choice);
+  }
+
+  // ------------------------------------------------------------ kept for a newer app (fixtures)
+
+  async listHeld(): Promise<HeldItem[]> {
+    return clone(this.desk.held);
+  }
+
+  /** As the shell: the file goes to the user's Downloads folder, named by the local time. */
+  async exportHeld(): Promise<HeldExport> {
+    this.log('exportHeld', []);
+    const d = new Date(this.now());
+    const p = (n: number) => n.toString().padStart(2, '0');
+    const stamp = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
+    const home = (this.profile?.user_email ?? 'user').split('@')[0];
+    return { path: `/home/${home}/Downloads/holdfast-kept-${stamp}.json`, count: this.desk.held.length };
   }
 }

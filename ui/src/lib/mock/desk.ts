@@ -8,6 +8,7 @@
 import type {
   BackendError,
   ConflictView,
+  HeldItem,
   Line,
   NewOrder,
   Order,
@@ -68,6 +69,8 @@ export class Desk {
   readonly entries = new Map<Uuid, Entry>();
   readonly conflicts = new Map<Uuid, ConflictView>();
   refusals: Refusal[] = [];
+  /** What the engine keeps without being able to read it (put by tests and the mock panel). */
+  held: HeldItem[] = [];
   private seq = 0;
 
   constructor(
@@ -81,6 +84,11 @@ export class Desk {
     const e = this.entries.get(orderId);
     if (!e) throw err('not_found', 'no such order on this desk');
     return e;
+  }
+
+  /** As the engine: part of the order is kept for a newer app (a document of it, or one of its acts). */
+  needsNewerApp(orderId: Uuid): boolean {
+    return this.held.some((h) => h.order_id === orderId);
   }
 
   /** Every pending mark, oldest first. */

@@ -117,16 +117,20 @@ export class PretendServer {
 
   /** Invoices a confirmed order's total. */
   invoice(o: Order): Invoice {
-    const inv: Invoice = { id: uuid(), order_id: o.id, amount: o.total, status: 'awaiting_payment', paid_at: null };
+    const inv: Invoice = { id: uuid(), order_id: o.id, amount: o.total, status: 'awaiting_payment', paid_at: null, amount_paid: 0 };
     this.invoices.set(inv.id, inv);
     o.invoice_id = inv.id;
     return inv;
   }
 
-  /** The payment provider says the invoice is paid. */
-  pay(invoiceId: Uuid): void {
+  /** The payment provider reports a payment (by default, the whole amount): paid once covered. */
+  pay(invoiceId: Uuid, amount?: number): void {
     const inv = this.invoices.get(invoiceId);
-    if (inv) Object.assign(inv, { status: 'paid', paid_at: new Date(this.now()).toISOString() });
+    if (!inv) return;
+    inv.amount_paid += amount ?? inv.amount - inv.amount_paid;
+    if (inv.status === 'awaiting_payment' && inv.amount_paid >= inv.amount) {
+      Object.assign(inv, { status: 'paid', paid_at: new Date(this.now()).toISOString() });
+    }
   }
 
   takeStock(skuId: Uuid, qty: number): void {

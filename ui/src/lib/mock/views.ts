@@ -15,7 +15,7 @@ export interface Connection {
   lastError: string | null;
 }
 
-export function orderView(e: Entry): OrderView {
+export function orderView(e: Entry, needsNewerApp = false): OrderView {
   const badge: Badge = e.pending.some((m) => m.status === 'conflict')
     ? 'conflict'
     : e.pending.some((m) => m.status === 'rejected')
@@ -35,6 +35,7 @@ export function orderView(e: Entry): OrderView {
     pending: clone(e.pending),
     pending_fields: [...e.fields],
     dead_lettered: e.deadLettered ?? false,
+    needs_newer_app: needsNewerApp,
   };
 }
 
@@ -46,7 +47,10 @@ export function stuckCutoff(state: Connection, now: number): number | null {
   return state.online === true ? now - STUCK_AFTER_MS : null;
 }
 
-export function orderSummary({ order: { lines, ...order }, badge, pending, dead_lettered: deadLettered }: OrderView, cutoff: number | null = null): OrderSummary {
+export function orderSummary(
+  { order: { lines, ...order }, badge, pending, dead_lettered: deadLettered, needs_newer_app: needsNewerApp }: OrderView,
+  cutoff: number | null = null,
+): OrderSummary {
   return {
     order,
     badge,
@@ -55,6 +59,7 @@ export function orderSummary({ order: { lines, ...order }, badge, pending, dead_
     units: lines.reduce((n, l) => n + l.qty_ordered, 0),
     stuck: cutoff !== null && pending.some((m) => m.created_at <= cutoff),
     dead_lettered: deadLettered,
+    needs_newer_app: needsNewerApp,
   };
 }
 
@@ -118,5 +123,6 @@ export function syncStatus(desk: Desk, profile: Profile | null, state: Connectio
     signed_out: profile ? null : clone(signedOut),
     stuck: cutoff === null ? 0 : marks.filter(([, m]) => m.created_at <= cutoff).length,
     dead_lettered_orders: [...desk.entries.values()].filter((e) => e.deadLettered).length,
+    held: desk.held.length,
   };
 }

@@ -1,0 +1,329 @@
+//! What the relay promises and the other relay tests poll past (issue 15
+//! items 9–11): a stalled relay's late outcome never overwrites a newer
+//! claim; a commit reaches the partner through NOTIFY when polling would
+//! take minutes; a partner's Retry-After is honoured, and capped.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use chrono::{DateTime, Utc};
+use holdfast_server::relay::claim::{self, AfterFailure, Delivered, Room};
+use holdfast_server::relay::{self, Settings};
+use holdfast_server::{demo, AppState};
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::support::{key, TestServer, MIGRATIONS};
+
+/// When each attempt arrived: for gaps, and for comparing with the database's times.
+type Arrivals = Arc<Mutex<Vec<(Instant, DateTime<Utc>)>>>;
+
+/// What the receiver answers to its n-th request (0-based), and when each
+/// arrived. Signatures are checked by the other relay tests; this one
+/// records times.
+#[derive(Clone)]
+struct Receiver {
+    answers: Arc<Vec<(u16, Option<String>)>>,
+    arrivals: Arrivals,
+    url: String,
+}
+
+impl Receiver {
+    async fn start(answers: Vec<(u16, Option<String>)>) -> Receiver {
+        let r = Receiver {
+            answers: Arc::new(answers),
+            arrivals: Arc::default(),
+            url: String::new(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let app = axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(r.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("receiver") });
+        Receiver { url, ..r }
+    }
+
+    fn arrivals(&self) -> Vec<(Instant, DateTime<Utc>)> {
+        self.arrivals.lock().expect("lock").clone()
+    }
+
+    async fn wait_for(&self, n: usize, within: Duration) -> Vec<(Instant, DateTime<Utc>)> {
+        let start = Instant::now();
+        loop {
+            let got = self.arrivals();
+            if got.len() >= n {
+                return got;
+            }
+            assert!(
+                start.elapsed() < within,
+                "only {} of {n} attempts arrived",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn receive(State(r): State<Receiver>, _headers: HeaderMap) -> impl IntoResponse {
+    let n = {
+        let mut arrivals = r.arrivals.lock().expect("lock");
+        arrivals.push((Instant::now(), Utc::now()));
+        arrivals.len() - 1
+    };
+    let (status, retry_after) = r.answers.get(n).cloned().unwrap_or((200, None));
+    // "date+N": an HTTP date N seconds from this answer.
+    let retry_after =
+        retry_after.map(
+            |v| match v.strip_prefix("date+").and_then(|n| n.parse::<i64>().ok()) {
+                Some(secs) => (Utc::now() + chrono::Duration::seconds(secs))
+                    .format("%a, %d %b %Y %H:%M:%S GMT")
+                    .to_string(),
+                None => v,
+            },
+        );
+    let mut headers = HeaderMap::new();
+    if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert("retry-after", v);
+    }
+    (AxStatus::from_u16(status).expect("status"), headers)
+}
+
+fn settings(poll: Duration, cap_ms: u64) -> Settings {
+    Settings {
+        max_attempts: 10,
+        backoff_base_ms: 5,
+        backoff_cap_ms: cap_ms,
+        timeout: Duration::from_secs(5),
+        allow_private_targets: true,
+        max_in_flight: 4,
+        per_partner_in_flight: 2,
+        poll,
+    }
+}
+
+/// A server whose operator registered `url` for `order.created`.
+async fn server_with_partner(db: &PgPool, url: &str) -> (TestServer, String) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let (status, body) = s
+        .call(
+            Method::POST,
+            "/v1/admin/partners",
+            Some(&ops),
+            Some(json!({"name": "EDI", "url": url, "event_types": ["order.created"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let dana = s.login("acme", "dana@acme.test").await;
+    (s, dana)
+}
+
+async fn create_order(s: &TestServer, token: &str) {
+    let r = s
+        .post(token, "/v1/orders", &key(), json!({"id": Uuid::now_v7(), "customer_id": demo::customer_id("acme", "Tokyo Distributor")}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.json());
+}
+
+/// Item 10. The relay polls every 10 minutes here, so only the NOTIFY sent
+/// at commit can bring the event to the partner within the deadline.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_commit_wakes_the_relay_long_before_its_poll(db: PgPool) {
+    let receiver = Receiver::start(vec![]).await;
+    let (s, dana) = server_with_partner(&db, &receiver.url).await;
+    let relay = relay::spawn(db.clone(), settings(Duration::from_secs(600), 5_000)).expect("relay");
+    // Its first pass (at start) has run once the relay is listening; wait
+    // for its LISTEN so the commit below is the only thing that can wake it.
+    let start = Instant::now();
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where query ilike 'listen%holdfast_outbox%'",
+        )
+        .fetch_one(&db)
+        .await
+        .expect("pg_stat_activity");
+        if listening > 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the relay never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    create_order(&s, &dana).await;
+    // 10 s: generous for a loaded 2-core machine, and 60 times shorter than the poll.
+    receiver.wait_for(1, Duration::from_secs(10)).await;
+    relay.shutdown().await;
+}
+
+/// Item 11. 429 and 503 with Retry-After (seconds, then an HTTP date) are
+/// not retried sooner than asked — the backoff alone would retry within
+/// milliseconds here — and a Retry-After of years is capped at the backoff cap.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn retry_after_is_honoured_and_capped(db: PgPool) {
+    let receiver = Receiver::start(vec![
+        (429, Some("2".into())),
+        (503, Some("date+4".into())),
+        (503, Some("999999999".into())),
+    ])
+    .await;
+    let (s, dana) = server_with_partner(&db, &receiver.url).await;
+    let cap = Duration::from_secs(5);
+    let relay = relay::spawn(
+        db.clone(),
+        settings(Duration::from_millis(50), cap.as_millis() as u64),
+    )
+    .expect("relay");
+    create_order(&s, &dana).await;
+    let arrivals = receiver.wait_for(3, Duration::from_secs(60)).await;
+    let gap = |i: usize| arrivals[i].0 - arrivals[i - 1].0;
+    assert!(
+        gap(1) >= Duration::from_secs(2),
+        "retried {:?} after Retry-After: 2",
+        gap(1)
+    );
+    // The date has whole seconds: it asked for 3 to 4 s.
+    assert!(
+        gap(2) >= Duration::from_secs(2),
+        "retried {:?} after a Retry-After date",
+        gap(2)
+    );
+
+    // The third answer asked for ~31 years: the next attempt is set at most
+    // the cap after it (plus slack for a slow machine), not years away.
+    let start = Instant::now();
+    let next: DateTime<Utc> = loop {
+        let row: Option<(i32, DateTime<Utc>)> = sqlx::query_as(
+            "select attempts, next_attempt_at from deliveries order by id desc limit 1",
+        )
+        .fetch_optional(&db)
+        .await
+        .expect("delivery");
+        if let Some((3, next)) = row {
+            break next;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "third attempt not recorded: {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let third = arrivals[2].1;
+    assert!(
+        next >= third + chrono::Duration::seconds(4),
+        "{next} vs {third}: the cap is 5 s"
+    );
+    assert!(
+        next <= third + chrono::Duration::seconds(60),
+        "{next} vs {third}: capped, not years"
+    );
+    relay.shutdown().await;
+}
+
+/// Item 9. Relay A claims a delivery and stalls past its lease; relay B
+/// claims it again and records its outcome; A's late outcome — failed or
+/// delivered — must not land over B's.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool) {
+    let receiver = Receiver::start(vec![]).await;
+    let (s, dana) = server_with_partner(&db, &receiver.url).await;
+    create_order(&s, &dana).await;
+    claim::fan_out(&db).await.expect("fan out");
+    let room = Room {
+        per_partner: 4,
+        partners: &[],
+    };
+    let (lease_a, lease_b) = (Uuid::now_v7(), Uuid::now_v7());
+    let a = claim::claim(&db, lease_a, Duration::from_millis(50), 10, room)
+        .await
+        .expect("claim A");
+    assert_eq!(a.len(), 1, "one delivery to claim");
+    // A stalls; once its lease has expired B claims the same delivery.
+    let start = Instant::now();
+    let b = loop {
+        let b = claim::claim(&db, lease_b, Duration::from_secs(60), 10, room)
+            .await
+            .expect("claim B");
+        if !b.is_empty() {
+            break b;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "A's lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(b[0].id, a[0].id);
+    let after_b = claim::mark_failed(
+        &db,
+        &b[0],
+        lease_b,
+        Some(503),
+        "partner busy (B)",
+        Duration::from_secs(30),
+        10,
+    )
+    .await
+    .expect("B records");
+    assert_eq!(after_b, AfterFailure::Retrying);
+    let row = || async {
+        sqlx::query_as::<_, (String, i32, Option<String>, Option<i32>)>(
+            "select state, attempts, last_error, last_status from deliveries where id = $1",
+        )
+        .bind(a[0].id)
+        .fetch_one(&db)
+        .await
+        .expect("row")
+    };
+    let recorded_by_b = row().await;
+
+    // A wakes up with its outcome.
+    let late = claim::mark_failed(
+        &db,
+        &a[0],
+        lease_a,
+        Some(500),
+        "late (A)",
+        Duration::ZERO,
+        10,
+    )
+    .await
+    .expect("A fails late");
+    assert_eq!(late, AfterFailure::LeaseLost);
+    let lost = claim::mark_delivered(
+        &db,
+        &[Delivered {
+            tenant_id: a[0].tenant_id,
+            id: a[0].id,
+            lease_id: lease_a,
+            status: 200,
+        }],
+    )
+    .await
+    .expect("A delivers late");
+    assert_eq!(
+        lost,
+        vec![a[0].id],
+        "A's delivered is refused as lease-lost"
+    );
+    assert_eq!(row().await, recorded_by_b, "B's record stands");
+    assert_eq!(
+        recorded_by_b,
+        (
+            "pending".to_owned(),
+            1,
+            Some("partner busy (B)".to_owned()),
+            Some(503)
+        )
+    );
+}
