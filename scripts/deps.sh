@@ -53,6 +53,16 @@ if [ ! -x "$promtool" ]; then
     "$promtool" --version >/dev/null
 fi
 
+# cargo-nextest runs the workspace's tests in make test: each test in its own
+# process, so one that hangs is killed and named (.config/nextest.toml).
+# Machines of this kind usually have it; otherwise a pinned one, once, into
+# the cache (scripts/test.sh puts the cache's bin/ on PATH).
+cache="${HOLDFAST_CACHE:-$HOME/.cache/holdfast}"
+if ! cargo nextest --version >/dev/null 2>&1 && [ ! -x "$cache/bin/cargo-nextest" ]; then
+    echo "deps: installing cargo-nextest 0.9.143 into $cache"
+    cargo install cargo-nextest --locked --version 0.9.143 --root "$cache"
+fi
+
 # The UI's Node dependencies, exactly as package-lock.json pins them.
 if [ ! -d ui/node_modules ] || [ ui/package-lock.json -nt ui/node_modules ]; then
     echo "deps: npm ci in ui/"
