@@ -17,8 +17,10 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 # dbus-run-session (Debian's dbus-daemon package; it pulls dbus-bin, whose
 # dbus-send checks the bus) and gnome-keyring as its Secret Service;
 # secret-tool (libsecret-tools) lets the e2e look into the keyring.
+# The operator's page is tested in headless Chromium over WebDriver
+# (e2e/tests/admin.rs): chromium and chromium-driver.
 for pkg in libwebkit2gtk-4.1-dev xvfb xauth webkit2gtk-driver \
-    dbus-daemon gnome-keyring libsecret-tools; do
+    dbus-daemon gnome-keyring libsecret-tools chromium chromium-driver; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
 done
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)

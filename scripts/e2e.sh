@@ -4,7 +4,9 @@
 # against a real holdfast-server that the tests start and stop themselves.
 # All of it on a private D-Bus session with an unlocked gnome-keyring
 # (scripts/with-keyring.sh): the app keeps its token in the keychain.
-# Expects the workspace build (holdfast-server, holdfast, holdfast-desktop).
+# Also the operator's page in headless Chromium (e2e/tests/admin.rs,
+# through chromedriver). Expects the workspace build (holdfast-server,
+# holdfast, holdfast-desktop).
 # Screenshots land in target/e2e-artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

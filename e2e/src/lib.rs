@@ -67,6 +67,11 @@ pub struct Server {
 
 impl Server {
     pub fn start(port: u16, data_dir: &Path) -> Result<Server> {
+        Server::start_with(port, data_dir, &[])
+    }
+
+    /// As [`Server::start`], with more `serve` flags (`--relay-max-attempts 1`).
+    pub fn start_with(port: u16, data_dir: &Path, flags: &[&str]) -> Result<Server> {
         let bin = target_dir().join("debug/holdfast-server");
         let mut cmd = Command::new(&bin);
         // Partners here are receivers on loopback, which the egress guard
@@ -75,6 +80,7 @@ impl Server {
             .arg("--relay-allow-private-targets")
             .arg("--data-dir")
             .arg(data_dir)
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
@@ -202,11 +208,38 @@ fn call(method: &str, url: &str, body: Option<Value>) -> Result<Value> {
 }
 
 impl Driver {
+    /// A session of the desktop app through tauri-driver.
     pub fn new(driver_url: &str, application: &Path) -> Result<Driver> {
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "wry",
-            "tauri:options": {"application": application},
-        }}});
+        Driver::session(
+            driver_url,
+            json!({
+                "browserName": "wry",
+                "tauri:options": {"application": application},
+            }),
+        )
+    }
+
+    /// A session of headless Chromium (Debian's `chromium`) through
+    /// chromedriver: the operator's browser, for the /admin page.
+    pub fn chromium(driver_url: &str) -> Result<Driver> {
+        let binary = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        Driver::session(
+            driver_url,
+            json!({
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": binary,
+                    // No sandbox: CI runs as root, where Chromium's sandbox
+                    // refuses to start. The pages are our own, on loopback.
+                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                             "--disable-dev-shm-usage", "--window-size=1280,1400"],
+                },
+            }),
+        )
+    }
+
+    fn session(driver_url: &str, always_match: Value) -> Result<Driver> {
+        let caps = json!({"capabilities": {"alwaysMatch": always_match}});
         let v = call("POST", &format!("{driver_url}/session"), Some(caps))?;
         let id = v["sessionId"].as_str().ok_or(format!("no session: {v}"))?;
         Ok(Driver {
@@ -216,6 +249,40 @@ impl Driver {
 
     pub fn quit(&self) {
         let _ = call("DELETE", &self.base, None);
+    }
+
+    /// Navigates to `url` and waits for the page to load.
+    pub fn goto(&self, url: &str) -> Result<()> {
+        call(
+            "POST",
+            &format!("{}/url", self.base),
+            Some(json!({ "url": url })),
+        )
+        .map(drop)
+    }
+
+    /// The current page's URL.
+    pub fn current_url(&self) -> Result<String> {
+        call("GET", &format!("{}/url", self.base), None)?
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "no url".to_owned())
+    }
+
+    /// Clears the field matching `css` and types `text` into it.
+    pub fn fill(&self, css: &str, text: &str) -> Result<()> {
+        let el = self.find(css)?;
+        call(
+            "POST",
+            &format!("{}/element/{el}/clear", self.base),
+            Some(json!({})),
+        )?;
+        call(
+            "POST",
+            &format!("{}/element/{el}/value", self.base),
+            Some(json!({ "text": text })),
+        )
+        .map(drop)
     }
 
     fn find_all(&self, css: &str) -> Result<Vec<String>> {
@@ -323,14 +390,7 @@ impl Driver {
     /// digits and letters (a short id like `01a23366`). Only rendered text
     /// counts (`innerText`): a key behind a closed Details is not shown.
     pub fn screenshot(&self, name: &str) -> Result<()> {
-        let v = call("GET", &format!("{}/screenshot", self.base), None)?;
-        let b64 = v.as_str().ok_or("no screenshot")?;
-        let png = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .map_err(|e| e.to_string())?;
-        let dir = target_dir().join("e2e-artifacts");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(format!("{name}.png")), png).map_err(|e| e.to_string())?;
+        self.save_screenshot(name)?;
         let ids = self.script(VISIBLE_IDS, json!([]))?;
         match ids.as_array() {
             Some(found) if !found.is_empty() => Err(format!(
@@ -342,6 +402,21 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Saves a screenshot into the artifacts as `name.png`, and nothing
+    /// more: the operator's pages show event ids on purpose.
+    pub fn save_screenshot(&self, name: &str) -> Result<()> {
+        let v = call("GET", &format!("{}/screenshot", self.base), None)?;
+        let b64 = v.as_str().ok_or("no screenshot")?;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| e.to_string())?;
+        let dir = target_dir().join("e2e-artifacts");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(format!("{name}.png")), png).map_err(|e| e.to_string())
+    }
+}
+
 /// The page's rendered text, searched for internal ids (see `screenshot`).
 const VISIBLE_IDS: &str = r"
     const text = document.body.innerText;
@@ -350,8 +425,9 @@ const VISIBLE_IDS: &str = r"
     return [...(text.match(uuid) || []), ...(text.replace(uuid, ' ').match(short) || [])];
 ";
 
-/// A partner's endpoint on loopback: answers 204 to every request and keeps
-/// the `webhook-id` of each, in arrival order.
+/// A partner's endpoint on loopback: answers every request the same way
+/// (204 unless told otherwise) and keeps the `webhook-id` of each, in
+/// arrival order.
 pub struct Receiver {
     pub url: String,
     seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
@@ -359,6 +435,11 @@ pub struct Receiver {
 
 impl Receiver {
     pub fn start() -> Result<Receiver> {
+        Receiver::answering(204, "")
+    }
+
+    /// A receiver that answers `status` with `body` (text/plain).
+    pub fn answering(status: u16, body: &'static str) -> Result<Receiver> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -367,7 +448,7 @@ impl Receiver {
             for stream in listener.incoming().map_while(|s| s.ok()) {
                 let record = record.clone();
                 std::thread::spawn(move || {
-                    if let Some(id) = answer_webhook(stream) {
+                    if let Some(id) = answer_webhook(stream, status, body) {
                         if let Ok(mut v) = record.lock() {
                             v.push(id);
                         }
@@ -387,8 +468,9 @@ impl Receiver {
     }
 }
 
-/// Reads one request (headers, then Content-Length bytes) and answers 204.
-fn answer_webhook(stream: std::net::TcpStream) -> Option<String> {
+/// Reads one request (headers, then Content-Length bytes) and answers
+/// `status` with `body`.
+fn answer_webhook(stream: std::net::TcpStream, status: u16, body: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut reader = BufReader::new(stream.try_clone().ok()?);
     let (mut id, mut length) = (None, 0usize);
@@ -409,12 +491,33 @@ fn answer_webhook(stream: std::net::TcpStream) -> Option<String> {
             }
         }
     }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
+    let mut request = vec![0; length];
+    reader.read_exact(&mut request).ok()?;
     let mut out = stream;
-    out.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .ok()?;
+    write!(
+        out,
+        "HTTP/1.1 {status} Answer\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
     id
+}
+
+/// Starts chromedriver (Debian's `chromium-driver`) on a free port, and
+/// waits for it.
+pub fn start_chromedriver() -> Result<(Proc, String)> {
+    let port = free_port()?;
+    let bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+    let child = Command::new(&bin)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{bin}: {e} (Debian's chromium-driver; make test installs it)"))?;
+    let url = format!("http://127.0.0.1:{port}");
+    wait_for("chromedriver to listen", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    })?;
+    Ok((Proc(child), url))
 }
 
 /// Starts tauri-driver on a free port with the app's env, and waits for it.
