@@ -92,7 +92,8 @@ pub async fn send(
         body.into_bytes(),
     )
     .await;
-    let elapsed = |started: Instant| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed =
+        |started: Instant| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match sent {
         Ok(response) => {
             let latency_ms = elapsed(started);
@@ -144,7 +145,10 @@ async fn first_chars(mut response: reqwest::Response, chars: usize) -> String {
             Ok(None) | Err(_) => break,
         }
     }
-    String::from_utf8_lossy(&bytes).chars().take(chars).collect()
+    String::from_utf8_lossy(&bytes)
+        .chars()
+        .take(chars)
+        .collect()
 }
 
 #[cfg(test)]

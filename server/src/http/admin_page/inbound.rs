@@ -22,8 +22,10 @@ use super::html::{html, page_end, page_start, shell, when_at, Escaped, Section, 
 use super::session::Session;
 use super::write::Viewer;
 use super::PageResult;
-use crate::db::inbound_events::{self, InboundEvent, InboundOutcome, PaymentMismatch, SecretStatus};
 use crate::db::begin_for_tenant;
+use crate::db::inbound_events::{
+    self, InboundEvent, InboundOutcome, PaymentMismatch, SecretStatus,
+};
 use crate::AppState;
 
 /// How much of a refused body the page shows.
@@ -232,7 +234,10 @@ fn events_table(b: &mut String, events: &[InboundEvent], filtered: bool) -> fmt:
     )?;
     for e in events {
         let outcome = if e.outcome == "refused" {
-            format!("<span class=\"bad\">Refused</span>: {}", Escaped(refusal_reason(e)))
+            format!(
+                "<span class=\"bad\">Refused</span>: {}",
+                Escaped(refusal_reason(e))
+            )
         } else {
             "<span class=\"ok\">Processed</span>".to_owned()
         };

@@ -765,7 +765,8 @@ fn test_result(b: &mut String, p: &Partner, t: &TestResult) -> fmt::Result {
              {}</p>",
             t.latency_ms,
             match status {
-                401 | 403 => "A 401 or 403 usually means their secret is not the one we sign \
+                401 | 403 =>
+                    "A 401 or 403 usually means their secret is not the one we sign \
                               with: give them the current one (rotate it if it is lost).",
                 404 | 405 => "Check the endpoint URL with them.",
                 410 => "They answer 410 Gone, which pauses real deliveries.",
@@ -886,8 +887,7 @@ pub(crate) async fn set_enabled(
         "true" => true,
         "false" => false,
         _ => {
-            let refusal =
-                Refusal::invalid(vec![field_error("enabled", "must be true or false")]);
+            let refusal = Refusal::invalid(vec![field_error("enabled", "must be true or false")]);
             return refused(&state, &write, id, None, &refusal).await;
         }
     };
