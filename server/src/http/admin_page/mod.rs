@@ -17,7 +17,7 @@
 //! SameSite=Strict stops the cookies riding on cross-site requests anyway.
 //!
 //! Beyond the deliveries dashboard the page manages the tenant's
-//! [`partners`] (with a test event per partner), shows the [`inbound`]
+//! [`partners`] (and each [`partner`]'s page, with a test event), shows the [`inbound`]
 //! webhooks and their secrets' status, and manages the master data:
 //! [`users`], [`catalog`], [`customers`] and [`price_lists`], each a list
 //! with forms. Every write there is a POST form carrying the CSRF
@@ -38,6 +38,7 @@ mod form;
 mod handlers;
 mod html;
 mod inbound;
+mod partner;
 mod partners;
 mod price_lists;
 mod session;
@@ -53,12 +54,12 @@ pub(crate) use customers::{
 };
 pub(crate) use handlers::{login, login_form, logout, page, requeue};
 pub(crate) use inbound::page as inbound_page;
-pub(crate) use partners::{
-    create as create_partner, delete as delete_partner, edit as partner_page,
-    list as partners_page, rotate_secret as rotate_partner_secret,
+pub(crate) use partner::{
+    delete as delete_partner, edit as partner_page, rotate_secret as rotate_partner_secret,
     send_test_event as send_partner_test_event, set_enabled as set_partner_enabled,
     update as update_partner,
 };
+pub(crate) use partners::{create as create_partner, list as partners_page};
 pub(crate) use price_lists::{
     create as create_price_list, list as price_lists_page, replace_prices as replace_list_prices,
     show as price_list_page,
