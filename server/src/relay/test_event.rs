@@ -129,7 +129,22 @@ fn in_words(e: &SendError) -> String {
         SendError::Request {
             timeout: false,
             message,
-        } => format!("no connection: {message}"),
+        } => {
+            let lower = message.to_lowercase();
+            let why = if lower.contains("internal address") {
+                "refused by the egress check"
+            } else if lower.contains("connection refused") {
+                "nothing accepts connections at that address and port"
+            } else if lower.contains("dns") || lower.contains("lookup") || lower.contains("resolve")
+            {
+                "the host name does not resolve"
+            } else if lower.contains("certificate") || lower.contains("tls") {
+                "the TLS handshake failed"
+            } else {
+                "the request could not be sent"
+            };
+            format!("no connection: {why} ({message})")
+        }
     }
 }
 
@@ -163,6 +178,21 @@ mod tests {
         // Real ids are `evt_` and digits.
         assert!(!id["evt_".len()..].chars().all(|c| c.is_ascii_digit()));
         assert_ne!(id, webhook_id());
+    }
+
+    #[test]
+    fn failures_read_as_words() {
+        let refused = SendError::Request {
+            timeout: false,
+            message: "tcp connect error: Connection refused (os error 111)".into(),
+        };
+        assert!(in_words(&refused)
+            .starts_with("no connection: nothing accepts connections at that address and port"));
+        let slow = SendError::Request {
+            timeout: true,
+            message: "operation timed out".into(),
+        };
+        assert!(in_words(&slow).starts_with("no answer in time (timed out)"));
     }
 
     #[test]

@@ -232,6 +232,9 @@ fn events_table(b: &mut String, events: &[InboundEvent], filtered: bool) -> fmt:
          <th scope=\"col\">From</th><th scope=\"col\">Event id</th><th scope=\"col\">Type</th>\
          <th scope=\"col\">Outcome</th><th scope=\"col\">What they sent</th></tr></thead><tbody>"
     )?;
+    if events.is_empty() {
+        b.push_str("<tr><td colspan=\"6\">None.</td></tr>");
+    }
     for e in events {
         let outcome = if e.outcome == "refused" {
             format!(
