@@ -52,6 +52,9 @@ pub struct AppState {
     pub hub: Arc<feed::Hub>,
     /// `--relay-allow-private-targets`: partner URLs may be internal.
     pub allow_private_targets: bool,
+    /// `--relay-timeout-ms`: how long an operator's test event waits for
+    /// the partner, as long as a relay's delivery does.
+    pub relay_timeout: Duration,
     /// Sign-in throttling (per account and per client address).
     pub login_limiter: Arc<ratelimit::LoginLimiter>,
     /// Header-read timeout and connection cap of the accept loop.
@@ -66,6 +69,7 @@ impl AppState {
             metrics: metrics::Metrics::global(),
             hub: feed::Hub::new(),
             allow_private_targets: false,
+            relay_timeout: Duration::from_millis(config::RelayConfig::default().relay_timeout_ms),
             login_limiter: Arc::default(),
             connection_limits: Default::default(),
         }
@@ -87,6 +91,12 @@ impl AppState {
     /// Lets partners register loopback/private URLs (tests, on-prem setups).
     pub fn allowing_private_targets(mut self, allow: bool) -> Self {
         self.allow_private_targets = allow;
+        self
+    }
+
+    /// How long a test event waits for the partner's answer.
+    pub fn with_relay_timeout(mut self, timeout: Duration) -> Self {
+        self.relay_timeout = timeout;
         self
     }
 }
@@ -189,6 +199,7 @@ async fn serve_on(
     let reads = state.reads.clone();
     let state = state
         .allowing_private_targets(config.relay.relay_allow_private_targets)
+        .with_relay_timeout(Duration::from_millis(config.relay.relay_timeout_ms))
         .with_connection_limits(http::serve::ConnectionLimits {
             header_read_timeout: Duration::from_secs(config.http_header_timeout_secs),
             max_connections: usize::try_from(config.http_max_connections).unwrap_or(usize::MAX),

@@ -32,6 +32,8 @@ use crate::http;
         http::admin::list_partners,
         http::admin::patch_partner,
         http::admin::rotate_secret,
+        http::admin::delete_partner,
+        http::admin::send_test_event,
         http::admin::list_deliveries,
         http::admin::requeue,
         http::admin::stats,

@@ -15,7 +15,7 @@ pub enum InboundOutcome {
     Refused,
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct InboundEvent {
     pub provider: String,
     /// The provider's `webhook-id`.
@@ -32,6 +32,78 @@ pub struct InboundEvent {
     pub received_at: DateTime<Utc>,
 }
 
+#[derive(sqlx::FromRow)]
+struct EventRow {
+    provider: String,
+    event_id: String,
+    event_type: Option<String>,
+    outcome: String,
+    refusal: Option<serde_json::Value>,
+    body: Vec<u8>,
+    received_at: DateTime<Utc>,
+}
+
+impl From<EventRow> for InboundEvent {
+    fn from(r: EventRow) -> Self {
+        InboundEvent {
+            provider: r.provider,
+            event_id: r.event_id,
+            event_type: r.event_type,
+            outcome: r.outcome,
+            refusal: r.refusal,
+            // Lossy here rather than `convert_from` in SQL: a body that is
+            // not UTF-8 (refused for it, and kept) must not fail the list.
+            body: String::from_utf8_lossy(&r.body).into_owned(),
+            received_at: r.received_at,
+        }
+    }
+}
+
+/// How an event id narrows a listing.
+#[derive(Debug, Clone, Copy)]
+enum ById<'a> {
+    Exact(&'a str),
+    Prefix(&'a str),
+}
+
+async fn query(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    provider: Option<&str>,
+    outcome: Option<InboundOutcome>,
+    by_id: Option<ById<'_>>,
+    limit: i64,
+) -> Result<Vec<InboundEvent>, sqlx::Error> {
+    let (exact, prefix) = match by_id {
+        Some(ById::Exact(id)) => (Some(id), None),
+        Some(ById::Prefix(p)) => (None, Some(p)),
+        None => (None, None),
+    };
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "select provider, event_id, event_type, outcome, refusal, body, received_at
+           from inbox
+          where tenant_id = $1
+            and ($2::text is null or provider = $2)
+            and ($3::text is null or outcome = $3)
+            and ($4::text is null or event_id = $4)
+            and ($5::text is null or starts_with(event_id, $5))
+          order by received_at desc, provider, event_id
+          limit $6",
+    )
+    .bind(tenant_id)
+    .bind(provider)
+    .bind(outcome.map(|o| match o {
+        InboundOutcome::Processed => "processed",
+        InboundOutcome::Refused => "refused",
+    }))
+    .bind(exact)
+    .bind(prefix)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(InboundEvent::from).collect())
+}
+
 /// Newest first, filtered by whichever of provider, outcome and event id are given.
 pub async fn list(
     conn: &mut PgConnection,
@@ -41,25 +113,48 @@ pub async fn list(
     event_id: Option<&str>,
     limit: i64,
 ) -> Result<Vec<InboundEvent>, sqlx::Error> {
+    let by_id = event_id.map(ById::Exact);
+    query(conn, tenant_id, provider, outcome, by_id, limit).await
+}
+
+/// Newest first like [`list`], but finding events whose id starts with
+/// `event_id_prefix` (an exact id is its own prefix): what an operator
+/// searching for one event types.
+pub async fn search(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    provider: Option<&str>,
+    outcome: Option<InboundOutcome>,
+    event_id_prefix: Option<&str>,
+    limit: i64,
+) -> Result<Vec<InboundEvent>, sqlx::Error> {
+    let by_id = event_id_prefix.map(ById::Prefix);
+    query(conn, tenant_id, provider, outcome, by_id, limit).await
+}
+
+/// A provider's inbound secret as operators may see it: when it was
+/// issued, never the secret.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SecretStatus {
+    pub provider: String,
+    /// When the current secret was issued (a re-issue replaces it).
+    pub issued_at: DateTime<Utc>,
+    /// When the provider's first secret was issued; null for secrets
+    /// issued before that was recorded.
+    pub first_issued_at: Option<DateTime<Utc>>,
+}
+
+/// The providers that have a secret (a provider without one has every
+/// webhook refused).
+pub async fn secrets(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+) -> Result<Vec<SecretStatus>, sqlx::Error> {
     sqlx::query_as(
-        "select provider, event_id, event_type, outcome, refusal,
-                convert_from(body, 'UTF8') as body, received_at
-           from inbox
-          where tenant_id = $1
-            and ($2::text is null or provider = $2)
-            and ($3::text is null or outcome = $3)
-            and ($4::text is null or event_id = $4)
-          order by received_at desc, provider, event_id
-          limit $5",
+        "select provider, created_at as issued_at, first_issued_at
+           from inbound_secrets where tenant_id = $1 order by provider",
     )
     .bind(tenant_id)
-    .bind(provider)
-    .bind(outcome.map(|o| match o {
-        InboundOutcome::Processed => "processed",
-        InboundOutcome::Refused => "refused",
-    }))
-    .bind(event_id)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }

@@ -7,7 +7,6 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use holdfast_protocol::event;
 use holdfast_protocol::model::Role;
 use holdfast_protocol::problem::Problem;
 use serde::{Deserialize, Serialize};
@@ -20,7 +19,8 @@ use crate::db::deliveries::{self, Delivery, DeliveryState, Stats};
 use crate::db::partners::{self, Partner};
 use crate::error::Error;
 use crate::http::ApiResult;
-use crate::relay::egress;
+use crate::master::partners::{self as master, NewPartner, PartnerChange};
+use crate::relay::test_event::{self, TestResult};
 use crate::AppState;
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -102,26 +102,6 @@ pub(crate) struct PatchPartner {
     event_types: Option<Vec<String>>,
 }
 
-fn check_event_types(types: &[String]) -> Result<(), Error> {
-    if types.is_empty() {
-        return Err(Error::validation(
-            "event_types",
-            "subscribe to at least one type or pattern",
-        ));
-    }
-    for t in types {
-        event::check_pattern(t).map_err(|e| Error::validation("event_types", e.to_string()))?;
-    }
-    Ok(())
-}
-
-async fn check_url(state: &AppState, url: &str) -> Result<(), Error> {
-    egress::check_url(url, state.allow_private_targets)
-        .await
-        .map(|_| ())
-        .map_err(|e| Error::validation("url", e.to_string()))
-}
-
 #[utoipa::path(post, path = "/v1/admin/partners", request_body = CreatePartner, security(("bearer" = [])),
     responses((status = 201, body = CreatedPartner), (status = 400, body = Problem), (status = 403, body = Problem)))]
 pub(crate) async fn create_partner(
@@ -130,24 +110,17 @@ pub(crate) async fn create_partner(
     ApiJson(req): ApiJson<CreatePartner>,
 ) -> ApiResult<(StatusCode, Json<CreatedPartner>)> {
     caller.require(Role::Operator)?;
-    if req.name.trim().is_empty() || req.name.chars().count() > 200 {
-        return Err(Error::validation("name", "must be 1–200 characters"));
-    }
-    check_event_types(&req.event_types)?;
-    check_url(&state, &req.url).await?;
-    let secret = crate::auth::new_webhook_secret();
-    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
-    let partner = partners::create(
-        &mut tx,
-        caller.tenant_id,
-        req.name.trim(),
+    let new = NewPartner::check(
+        &req.name,
         &req.url,
-        &req.event_types,
-        &secret,
+        req.event_types,
+        state.allow_private_targets,
     )
     .await?;
+    let secret = crate::auth::new_webhook_secret();
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let partner = master::create_in_tx(&mut tx, caller.tenant_id, &new, &secret).await?;
     tx.commit().await?;
-    tracing::info!(partner = %partner.id, "partner registered");
     Ok((
         StatusCode::CREATED,
         Json(CreatedPartner {
@@ -187,54 +160,110 @@ pub(crate) async fn patch_partner(
     ApiJson(req): ApiJson<PatchPartner>,
 ) -> ApiResult<Json<Partner>> {
     caller.require(Role::Operator)?;
-    if let Some(types) = &req.event_types {
-        check_event_types(types)?;
-    }
-    if let Some(url) = &req.url {
-        check_url(&state, url).await?;
-    }
-    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
-    let partner = partners::update(
-        &mut tx,
-        caller.tenant_id,
-        id,
+    let change = PartnerChange::check(
         req.enabled,
-        req.url.as_deref(),
-        req.event_types.as_deref(),
+        req.url,
+        req.event_types,
+        state.allow_private_targets,
     )
     .await?;
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let partner = master::patch_in_tx(&mut tx, caller.tenant_id, id, &change).await?;
     tx.commit().await?;
-    partner.map(Json).ok_or_else(|| Error::not_found("partner"))
+    Ok(Json(partner))
 }
 
-/// How long the old secret keeps signing after a rotation.
-const ROTATION_GRACE_HOURS: i64 = 24;
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct RotatedSecret {
+    /// `whsec_…`: shown once, here.
+    secret: String,
+    /// Until when the previous secret keeps signing alongside (24 hours).
+    previous_secret_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
 
 #[utoipa::path(post, operation_id = "rotate_partner_secret", path = "/v1/admin/partners/{id}/rotate-secret", security(("bearer" = [])),
     params(("id" = Uuid, Path)),
-    responses((status = 200, body = SecretResponse), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 200, body = RotatedSecret), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> ApiResult<Json<SecretResponse>> {
+) -> ApiResult<Json<RotatedSecret>> {
     caller.require(Role::Operator)?;
     let secret = crate::auth::new_webhook_secret();
     let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
-    let rotated = partners::rotate_secret(
-        &mut tx,
-        caller.tenant_id,
-        id,
-        &secret,
-        chrono::Duration::hours(ROTATION_GRACE_HOURS),
-    )
-    .await?;
+    let partner = master::rotate_in_tx(&mut tx, caller.tenant_id, id, &secret).await?;
     tx.commit().await?;
-    if !rotated {
-        return Err(Error::not_found("partner"));
-    }
-    tracing::info!(partner = %id, "partner secret rotated; the old one signs too for {ROTATION_GRACE_HOURS} h");
-    Ok(Json(SecretResponse { secret }))
+    Ok(Json(RotatedSecret {
+        secret,
+        previous_secret_expires_at: partner.previous_secret_expires_at,
+    }))
+}
+
+/// Deletes a partner with no pending deliveries; its delivered and
+/// dead-lettered delivery records go with it. While deliveries are
+/// pending: 422 `invalid_state` with `pending_deliveries`.
+#[utoipa::path(delete, operation_id = "delete_partner", path = "/v1/admin/partners/{id}", security(("bearer" = [])),
+    params(("id" = Uuid, Path)),
+    responses((status = 204, description = "deleted"), (status = 403, body = Problem),
+              (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub(crate) async fn delete_partner(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<StatusCode> {
+    caller.require(Role::Operator)?;
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    master::delete_in_tx(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sends one signed `holdfast.test` event to this partner only, now,
+/// whatever its subscriptions (paused or not), and answers what the partner
+/// answered. It never enters the outbox: nobody else receives it, and it
+/// is not retried.
+#[utoipa::path(post, operation_id = "send_partner_test_event", path = "/v1/admin/partners/{id}/test-event", security(("bearer" = [])),
+    params(("id" = Uuid, Path)),
+    responses((status = 200, body = TestResult), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub(crate) async fn send_test_event(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<TestResult>> {
+    caller.require(Role::Operator)?;
+    let result = test_event_for(&state, &caller, id)
+        .await?
+        .ok_or_else(|| Error::not_found("partner"))?;
+    Ok(Json(result))
+}
+
+/// The test event for one partner of the caller's tenant (None: no such
+/// partner). Shared with the admin page.
+pub(crate) async fn test_event_for(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+) -> Result<Option<TestResult>, Error> {
+    let mut tx = begin_for_tenant(&state.db, caller.tenant_id).await?;
+    let partner = partners::signing(&mut tx, caller.tenant_id, id).await?;
+    tx.commit().await?;
+    let Some(partner) = partner else {
+        return Ok(None);
+    };
+    let client = crate::relay::deliver::client(state.relay_timeout, state.allow_private_targets)
+        .map_err(anyhow::Error::from)?;
+    let result = test_event::send(
+        &client,
+        &partner,
+        state.allow_private_targets,
+        caller.tenant_id,
+        &caller.display_name,
+    )
+    .await;
+    tracing::info!(partner = %id, webhook_id = %result.webhook_id, status = ?result.status,
+        latency_ms = result.latency_ms, failed = result.error.is_some(), "test event sent by an operator");
+    Ok(Some(result))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -85,10 +85,17 @@ pub fn router(state: AppState) -> Router {
             "/admin/partners",
             get(admin::list_partners).post(admin::create_partner),
         )
-        .route("/admin/partners/{id}", patch(admin::patch_partner))
+        .route(
+            "/admin/partners/{id}",
+            patch(admin::patch_partner).delete(admin::delete_partner),
+        )
         .route(
             "/admin/partners/{id}/rotate-secret",
             post(admin::rotate_secret),
+        )
+        .route(
+            "/admin/partners/{id}/test-event",
+            post(admin::send_test_event),
         )
         .route("/admin/deliveries", get(admin::list_deliveries))
         .route("/admin/deliveries/{id}/requeue", post(admin::requeue))
@@ -190,6 +197,31 @@ pub fn router(state: AppState) -> Router {
             "/admin/deliveries/{id}/requeue",
             post(admin_page::requeue),
         )
+        .route(
+            "/admin/partners",
+            get(admin_page::partners_page).post(admin_page::create_partner),
+        )
+        .route(
+            "/admin/partners/{id}",
+            get(admin_page::partner_page).post(admin_page::update_partner),
+        )
+        .route(
+            "/admin/partners/{id}/enabled",
+            post(admin_page::set_partner_enabled),
+        )
+        .route(
+            "/admin/partners/{id}/rotate-secret",
+            post(admin_page::rotate_partner_secret),
+        )
+        .route(
+            "/admin/partners/{id}/test-event",
+            post(admin_page::send_partner_test_event),
+        )
+        .route(
+            "/admin/partners/{id}/delete",
+            post(admin_page::delete_partner),
+        )
+        .route("/admin/inbound", get(admin_page::inbound_page))
         .route(
             "/admin/users",
             get(admin_page::users_page).post(admin_page::create_user),

@@ -11,10 +11,15 @@
 //! Every change writes its change row (desks see it on their next pull, and
 //! the commit pokes them) and its outbox event (`sku.updated`,
 //! `customer.updated`, `price_list.updated`) in that same transaction.
+//!
+//! [`partners`] is the odd one out: the webhook receivers' rules, shared by
+//! the JSON routes and the admin page. A partner is relay configuration, so
+//! its changes reach neither the pull feed nor the outbox.
 
 pub mod catalog;
 pub mod catalog_cli;
 pub mod customers;
+pub mod partners;
 pub mod price_lists;
 pub mod sheet;
 pub mod tenants;

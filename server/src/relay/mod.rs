@@ -20,6 +20,7 @@
 pub mod claim;
 pub mod deliver;
 pub mod egress;
+pub mod test_event;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -109,15 +110,7 @@ impl RelayHandle {
 }
 
 pub fn spawn(db: PgPool, settings: Settings) -> anyhow::Result<RelayHandle> {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(settings.timeout)
-        .no_proxy()
-        .dns_resolver(Arc::new(egress::SafeResolver {
-            allow_private: settings.allow_private_targets,
-        }))
-        .user_agent(concat!("holdfast-relay/", env!("CARGO_PKG_VERSION")))
-        .build()?;
+    let client = deliver::client(settings.timeout, settings.allow_private_targets)?;
     // The relay's own few connections, committing without a flush wait
     // (see the module doc); the server's pool is left as it is.
     let options = (*db.connect_options())

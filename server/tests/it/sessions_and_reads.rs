@@ -523,8 +523,14 @@ async fn operations_endpoints(db: PgPool) {
         "/v1/admin/users/{id}/reset-password",
         "/v1/sessions/current/password",
         "/v1/orders/{id}/history",
+        // Issue 18: test events.
+        "/v1/admin/partners/{id}/test-event",
         "/v1/orders/dead-lettered",
     ] {
         assert!(doc["paths"][path].is_object(), "openapi lacks {path}");
     }
+    assert!(
+        doc["paths"]["/v1/admin/partners/{id}"]["delete"].is_object(),
+        "openapi lacks DELETE /v1/admin/partners/{{id}}"
+    );
 }

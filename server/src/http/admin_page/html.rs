@@ -171,6 +171,10 @@ details summary h3{display:inline;font-size:1.05em;margin:0}
 .hint{display:block;color:#4f5a65;font-size:.9em;margin-top:.2em}
 .field-error{display:block;color:#b42318;font-size:.9em;margin-top:.2em}
 .secret{display:inline-block;font:1.5em ui-monospace,monospace;background:#fff8db;border:1px dashed #9a6700;padding:.3em .7em;user-select:all;letter-spacing:.05em}
+input.secret{font-size:1.1em;width:34em;max-width:100%;box-sizing:border-box}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f7f9;border:1px solid #d8dde3;padding:.5em .7em;max-width:60em}
+td.actions{white-space:nowrap}
+td.actions form{margin-right:.4em}
 .meta{color:#4f5a65}
 .actions{display:flex;gap:1em;flex-wrap:wrap;align-items:center}
 .vh{position:absolute;width:1px;height:1px;overflow:hidden;clip-path:inset(50%);white-space:nowrap}
@@ -231,6 +235,8 @@ pub(super) fn login_page(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Section {
     Deliveries,
+    Partners,
+    Inbound,
     Users,
     Catalog,
     Customers,
@@ -238,8 +244,10 @@ pub(super) enum Section {
 }
 
 impl Section {
-    const ALL: [Section; 5] = [
+    const ALL: [Section; 7] = [
         Section::Deliveries,
+        Section::Partners,
+        Section::Inbound,
         Section::Users,
         Section::Catalog,
         Section::Customers,
@@ -249,6 +257,8 @@ impl Section {
     fn href(self) -> &'static str {
         match self {
             Section::Deliveries => "/admin",
+            Section::Partners => "/admin/partners",
+            Section::Inbound => "/admin/inbound",
             Section::Users => "/admin/users",
             Section::Catalog => "/admin/catalog",
             Section::Customers => "/admin/customers",
@@ -259,6 +269,8 @@ impl Section {
     fn name(self) -> &'static str {
         match self {
             Section::Deliveries => "Deliveries",
+            Section::Partners => "Partners",
+            Section::Inbound => "Inbound",
             Section::Users => "Users",
             Section::Catalog => "Catalog",
             Section::Customers => "Customers",
@@ -463,8 +475,10 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
         let (class, health) = health(p);
         write!(
             b,
-            "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"err\">{}</td></tr>",
+            "<tr><td><a href=\"/admin/partners/{}\">{}</a></td><td class=\"{class}\">{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"err\">{}</td></tr>",
+            p.partner_id,
             Escaped(&p.name),
             Escaped(&health),
             Escaped(info.map_or("", |i| i.url.as_str())),
@@ -561,7 +575,7 @@ pub(super) fn when_at(t: DateTime<Utc>) -> String {
 }
 
 /// "3 min 12 s", "2 h 5 min": how long, for people.
-fn age(seconds: f64) -> String {
+pub(super) fn age(seconds: f64) -> String {
     let s = seconds.max(0.0) as u64;
     match s {
         0..60 => format!("{s} s"),

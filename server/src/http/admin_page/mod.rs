@@ -16,9 +16,11 @@
 //! site cannot sign a browser into an account of its choosing.
 //! SameSite=Strict stops the cookies riding on cross-site requests anyway.
 //!
-//! Beyond the deliveries dashboard the page manages the tenant's master
-//! data: [`users`], [`catalog`], [`customers`] and [`price_lists`], each a
-//! list with forms. Every write there is a POST form carrying the CSRF
+//! Beyond the deliveries dashboard the page manages the tenant's
+//! [`partners`] (and each [`partner`]'s page, with a test event), shows the [`inbound`]
+//! webhooks and their secrets' status, and manages the master data:
+//! [`users`], [`catalog`], [`customers`] and [`price_lists`], each a list
+//! with forms. Every write there is a POST form carrying the CSRF
 //! token and a one-time idempotency key, run through the same engine as the
 //! JSON API ([`write`]), answered with a redirect and a notice, or with the
 //! form again and the refusal in words, the operator's input kept.
@@ -36,6 +38,8 @@ mod form;
 mod handlers;
 mod html;
 mod inbound;
+mod partner;
+mod partners;
 mod price_lists;
 mod session;
 mod users;
@@ -49,6 +53,13 @@ pub(crate) use customers::{
     list as customers_page, update as update_customer,
 };
 pub(crate) use handlers::{login, login_form, logout, page, requeue};
+pub(crate) use inbound::page as inbound_page;
+pub(crate) use partner::{
+    delete as delete_partner, edit as partner_page, rotate_secret as rotate_partner_secret,
+    send_test_event as send_partner_test_event, set_enabled as set_partner_enabled,
+    update as update_partner,
+};
+pub(crate) use partners::{create as create_partner, list as partners_page};
 pub(crate) use price_lists::{
     create as create_price_list, list as price_lists_page, replace_prices as replace_list_prices,
     show as price_list_page,
