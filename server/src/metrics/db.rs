@@ -70,7 +70,8 @@ pub(crate) fn record_pool(db: &PgPool) {
     let size = db.size();
     let idle = u32::try_from(db.num_idle()).unwrap_or(u32::MAX).min(size);
     metrics::gauge!("holdfast_db_pool_connections", "state" => "idle").set(f64::from(idle));
-    metrics::gauge!("holdfast_db_pool_connections", "state" => "in_use").set(f64::from(size - idle));
+    metrics::gauge!("holdfast_db_pool_connections", "state" => "in_use")
+        .set(f64::from(size - idle));
     metrics::gauge!("holdfast_db_pool_max_connections")
         .set(f64::from(db.options().get_max_connections()));
 }

@@ -180,9 +180,7 @@ async fn the_dashboard_charts_each_partners_deliveries_and_marks_trouble_red(db:
     assert!(ok.contains(">Healthy<"), "{ok}");
     assert!(ok.contains("<svg"), "charts inline: {ok}");
     assert!(
-        ok.contains(
-            "aria-label=\"Deliveries per minute over the last hour: 3 delivered, at most"
-        ),
+        ok.contains("aria-label=\"Deliveries per minute over the last hour: 3 delivered, at most"),
         "the chart's text alternative counts the deliveries: {ok}"
     );
     assert!(

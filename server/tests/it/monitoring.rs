@@ -14,7 +14,8 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::support::{TestServer, MIGRATIONS};
+use crate::support::process::{database_url, db_name, reachable_tempdir, ServerProcess};
+use crate::support::{acme, TestServer, MIGRATIONS};
 
 /// The value of the one series `series` (name with its labels, as the
 /// exposition writes it) in `/metrics` now; 0 when absent.
@@ -35,7 +36,9 @@ pub(crate) async fn sample(s: &TestServer, series: &str) -> f64 {
 }
 
 fn shipped(path: &str) -> String {
-    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
     std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
 }
 
@@ -192,7 +195,10 @@ async fn the_dashboard_and_the_alerts_query_only_metrics_we_export(db: PgPool) {
         serde_json::from_str(&shipped("deploy/grafana/holdfast.json")).expect("dashboard JSON");
     let mut panels = Vec::new();
     panel_queries(&dashboard["panels"], &mut panels);
-    assert!(panels.len() >= 10, "the dashboard has its panels: {panels:?}");
+    assert!(
+        panels.len() >= 10,
+        "the dashboard has its panels: {panels:?}"
+    );
     let mut missing = Vec::new();
     for (title, exprs) in &panels {
         assert!(!exprs.is_empty(), "panel {title:?} has no query");
@@ -264,4 +270,84 @@ async fn a_request_that_finds_no_free_connection_is_counted(
     );
     let (status, _) = s.get("/v1/orders", &token).await;
     assert_eq!(status, StatusCode::OK, "and the pool serves again");
+}
+
+/// The value of `series` in the child server's `/metrics`, once `done`
+/// holds for it (polled, with a deadline).
+async fn wait_for_sample(server: &ServerProcess, series: &str, done: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = reqwest::get(server.url("/metrics"))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("body");
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.trim().parse::<f64>().expect("a number"));
+        if let Some(v) = value.filter(|v| done(*v)) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{series} never got there; last {value:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn the_backlogs_age_is_published_and_back_to_zero_when_nothing_waits(db: PgPool) {
+    // A server process of its own: the gauge is the housekeeping's, which
+    // runs in `serve`, and its recorder is not shared with other tests.
+    let tmp = reachable_tempdir();
+    let server = ServerProcess::start(Some(&database_url(&db_name(&db))), tmp.path(), &[]);
+    // A delivery waiting for ten minutes, to a partner an operator paused
+    // (so the relay leaves it waiting).
+    let partner = uuid::Uuid::now_v7();
+    sqlx::query(
+        "insert into partners (tenant_id, id, name, url, event_types, secret, enabled)
+         values ($1, $2, 'Paused Portal', 'https://edi.example/hook', '{order.*}', 'whsec_dGVzdA==', false)",
+    )
+    .bind(acme())
+    .bind(partner)
+    .execute(&db)
+    .await
+    .expect("partner");
+    let delivery: i64 = sqlx::query_scalar(
+        "with event as (
+            insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence,
+                                payload, created_at, fanned_out_at)
+            values ($1, 'order.created', 'order', $3, 1, '{}', now() - interval '10 minutes', now())
+            returning id)
+         insert into deliveries (tenant_id, outbox_id, partner_id, created_at)
+         select $1, id, $2, now() - interval '10 minutes' from event
+         returning id",
+    )
+    .bind(acme())
+    .bind(partner)
+    .bind(uuid::Uuid::now_v7())
+    .fetch_one(&db)
+    .await
+    .expect("delivery");
+
+    let age = wait_for_sample(&server, "holdfast_outbox_oldest_pending_age_seconds", |v| {
+        v >= 600.0
+    })
+    .await;
+    assert!(age < 3600.0, "ten minutes and a little: {age}");
+    // The one delivery, once the relay has fanned out the demo's events.
+    wait_for_sample(&server, "holdfast_outbox_backlog", |v| v == 1.0).await;
+
+    sqlx::query("update deliveries set state = 'delivered', delivered_at = now() where id = $1")
+        .bind(delivery)
+        .execute(&db)
+        .await
+        .expect("delivered");
+    wait_for_sample(&server, "holdfast_outbox_oldest_pending_age_seconds", |v| {
+        v == 0.0
+    })
+    .await;
 }

@@ -35,10 +35,8 @@ pub(super) fn deliveries_per_minute(per_minute: &[i64]) -> String {
     let total: u64 = counts.iter().sum();
     let minutes = counts.len().max(1);
     if total == 0 {
-        return empty(&format!(
-            "No deliveries in the last {}.",
-            span(minutes, "minute")
-        ));
+        let words = format!("No deliveries in the last {}", span(minutes, "minute"));
+        return empty(&format!("{words}."), &words);
     }
     let max = counts.iter().copied().max().unwrap_or(1).max(1);
     let last = counts.last().copied().unwrap_or(0);
@@ -80,9 +78,10 @@ pub(super) fn latency(windows: &[Option<Latency>], window_minutes: usize) -> Str
     let n = points.len().max(1);
     let hour = span(n * window_minutes, "minute");
     if points.iter().all(Option::is_none) {
-        return empty(&format!(
-            "No deliveries in the last {hour}, so no latency to show."
-        ));
+        return empty(
+            &format!("No deliveries in the last {hour}, so no latency to show."),
+            &format!("No deliveries in the last {hour}"),
+        );
     }
     let max = points
         .iter()
@@ -209,15 +208,16 @@ fn open(label: &str) -> String {
     )
 }
 
-/// A chart with nothing to draw: its words, visibly.
-fn empty(label: &str) -> String {
+/// A chart with nothing to draw: its label for assistive readers, and
+/// `shown` (short enough to fit) as visible text.
+fn empty(label: &str, shown: &str) -> String {
     let mut svg = open(label);
     let _ = write!(
         svg,
         "<line x1=\"0\" y1=\"{HEIGHT}\" x2=\"{WIDTH}\" y2=\"{HEIGHT}\" stroke=\"{RULE}\"/>\
          <text x=\"0\" y=\"{:.1}\" font-size=\"11\" fill=\"{RULE}\">{}</text></svg>",
         HEIGHT / 2.0 + 4.0,
-        Escaped(label.trim_end_matches('.'))
+        Escaped(shown)
     );
     svg
 }
@@ -252,8 +252,12 @@ mod tests {
         assert!(!svg.contains("<rect"), "no bars: {svg}");
         let svg = latency(&[None; 6], 10);
         assert!(
-            svg.contains("No deliveries in the last hour, so no latency to show"),
+            svg.contains("aria-label=\"No deliveries in the last hour, so no latency to show.\""),
             "{svg}"
+        );
+        assert!(
+            svg.contains(">No deliveries in the last hour</text>"),
+            "visible, and short enough to fit: {svg}"
         );
         assert!(!svg.contains("<circle"), "{svg}");
     }
@@ -366,9 +370,10 @@ mod tests {
     fn labels_are_escaped() {
         // The label is ours, but it goes through the same escaping as
         // everything else interpolated into the page.
-        let svg = empty("a \"quoted\" <b>label</b>");
+        let svg = empty("a \"quoted\" <b>label</b>", "<i>shown</i>");
         assert!(svg.contains("aria-label=\"a &quot;quoted&quot; &lt;b&gt;label&lt;/b&gt;\""));
-        assert!(!svg.contains("<b>"));
+        assert!(svg.contains("&lt;i&gt;shown&lt;/i&gt;</text>"));
+        assert!(!svg.contains("<b>") && !svg.contains("<i>"));
     }
 
     #[test]

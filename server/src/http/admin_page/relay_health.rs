@@ -43,13 +43,16 @@ pub(super) fn section(b: &mut String, partners: &[PartnerHealth]) -> fmt::Result
                 ),
             )
         };
+        let delivered = match p.delivered() {
+            0 => String::new(),
+            n => format!("<span class=\"hint\">{n} delivered</span>"),
+        };
         write!(
             b,
-            "<tr{row}><th scope=\"row\">{}</th>{status}<td>{}<span class=\"hint\">{} delivered</span></td>\
+            "<tr{row}><th scope=\"row\">{}</th>{status}<td>{}{delivered}</td>\
              <td>{}<span class=\"hint\">{}</span></td><td>{}</td></tr>",
             Escaped(&p.name),
             charts::deliveries_per_minute(&p.per_minute),
-            p.delivered(),
             charts::latency(&p.latency, WINDOW_MINUTES),
             Escaped(&latest_latency(p)),
             Escaped(&waiting(p.oldest_pending_age_seconds)),
@@ -154,12 +157,21 @@ mod tests {
         let mut b = String::new();
         section(&mut b, &[healthy, broken]).expect("writes");
         let rows: Vec<&str> = b.split("<tr").skip(2).collect();
-        assert!(rows[0].starts_with("><th scope=\"row\">Quiet &amp; Co"), "{b}");
+        assert!(
+            rows[0].starts_with("><th scope=\"row\">Quiet &amp; Co"),
+            "{b}"
+        );
         assert!(rows[0].contains(">Healthy<"), "{b}");
         assert!(rows[0].contains("3 delivered"), "{b}");
-        assert!(rows[0].contains("last 10 min: p50 50 ms, p99 200 ms"), "{b}");
+        assert!(
+            rows[0].contains("last 10 min: p50 50 ms, p99 200 ms"),
+            "{b}"
+        );
         assert!(rows[0].contains("nothing waiting"), "{b}");
-        assert!(rows[1].starts_with(" class=\"alarm\"><th scope=\"row\">&lt;EDI&gt;"), "{b}");
+        assert!(
+            rows[1].starts_with(" class=\"alarm\"><th scope=\"row\">&lt;EDI&gt;"),
+            "{b}"
+        );
         assert!(
             rows[1].contains(
                 "Needs attention: paused by an operator; 1 delivery dead-lettered in the last \
