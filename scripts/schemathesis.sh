@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # First openapi-spec-validator (PyPI) checks /openapi.json is valid OpenAPI 3,
-# and promtool checks /metrics (issue 15 items 15, 16).
+# promtool checks /metrics (issue 15 items 15, 16) and the shipped alert
+# rules with their unit tests (issue 18).
 # Then hostile input (issue 8): schemathesis, from PyPI, generates requests from
 # the running server's own /openapi.json and checks every answer:
 #   not_a_server_error          no 5xx, ever
@@ -124,6 +125,12 @@ check_metrics() {
         "$base/metrics" | "$promtool" check metrics
 }
 check_metrics "a fresh server"
+
+# The alert rules we ship (deploy/prometheus): valid, and firing when and
+# only when their unit tests say (docs/OPERATIONS.md, "Watch it").
+echo "== promtool check rules / test rules (deploy/prometheus/holdfast-alerts.yml)"
+"$promtool" check rules deploy/prometheus/holdfast-alerts.yml
+(cd deploy/prometheus && "$promtool" test rules holdfast-alerts.test.yml)
 
 # Tokens, a few real documents, and the config that feeds their ids to the
 # generator (scripts/schemathesis-seed.py).

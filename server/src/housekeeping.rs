@@ -1,6 +1,6 @@
 //! The in-process reaper: keeps bookkeeping tables bounded by deleting what
 //! has outlived its retention, a small batch per statement (no long locks, no
-//! giant transactions), and publishes the relay backlog as a gauge.
+//! giant transactions), and publishes the relay backlog and its age as gauges.
 
 use std::time::Duration;
 
@@ -111,15 +111,24 @@ async fn reap(db: &PgPool, sql: &str, hours: u32) -> Result<u64, sqlx::Error> {
     }
 }
 
+/// The backlog, its age and the dead letters, over every tenant. The age
+/// is the oldest pending delivery's (since its fan-out) or, older still, an
+/// event not fanned out yet (since its commit): the alert on it fires when
+/// the relays are stopped as well as when one partner holds its queue.
 async fn publish_backlog(db: &PgPool) -> Result<(), sqlx::Error> {
-    let (pending, dead, unfanned): (i64, i64, i64) = sqlx::query_as(
+    let (pending, dead, unfanned, oldest_age): (i64, i64, i64, f64) = sqlx::query_as(
         "select (select count(*) from deliveries where state = 'pending'),
                 (select count(*) from deliveries where state = 'dead'),
-                (select count(*) from outbox where fanned_out_at is null)",
+                (select count(*) from outbox where fanned_out_at is null),
+                coalesce(greatest(0, extract(epoch from now() - least(
+                    (select min(created_at) from deliveries where state = 'pending'),
+                    (select created_at from outbox where fanned_out_at is null order by id limit 1)
+                ))), 0)::float8",
     )
     .fetch_one(db)
     .await?;
     metrics::gauge!("holdfast_outbox_backlog").set((pending + unfanned) as f64);
+    metrics::gauge!("holdfast_outbox_oldest_pending_age_seconds").set(oldest_age);
     metrics::gauge!("holdfast_dead_letters").set(dead as f64);
     Ok(())
 }

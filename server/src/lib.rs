@@ -278,6 +278,7 @@ pub async fn run(
         .context("starting the change feed listener")?;
     let hub = state.hub.clone();
     let limits = state.connection_limits;
+    let probe = tokio::spawn(metrics::db::probe_forever(state.db.clone()));
     let app = http::router(state);
     println!("listening on http://{addr}");
     tracing::info!(%addr, "accepting requests");
@@ -294,6 +295,7 @@ pub async fn run(
     })
     .await;
     hub.close();
+    probe.abort();
     feed_tasks.join().await;
     tracing::info!("stopped accepting; in-flight requests finished");
     Ok(())

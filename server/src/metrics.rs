@@ -7,6 +7,7 @@ use std::time::Duration;
 use metrics::Unit;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+pub(crate) mod db;
 mod process;
 
 pub struct Metrics {
@@ -17,13 +18,28 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Relay lag runs from under a second (a notification wakes the relay) to
+/// the minutes of a backlog; the alert on it needs buckets past 10 s to tell
+/// "slow" from "stuck".
+const RELAY_LAG_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
 impl Metrics {
     pub fn global() -> Arc<Metrics> {
         static GLOBAL: OnceLock<Arc<Metrics>> = OnceLock::new();
         GLOBAL
             .get_or_init(|| {
+                // A full-name matcher wins over a suffix one (the exporter
+                // tries them in that order).
                 let recorder = PrometheusBuilder::new()
                     .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                    .and_then(|b| {
+                        b.set_buckets_for_metric(
+                            Matcher::Full("holdfast_relay_lag_seconds".into()),
+                            RELAY_LAG_BUCKETS,
+                        )
+                    })
                     .and_then(|b| b.install_recorder());
                 match recorder {
                     Ok(handle) => {
@@ -105,6 +121,12 @@ fn describe_and_register() {
         Unit::Seconds,
         "Time from an event's commit to the partner's 2xx for it."
     );
+    describe_histogram!(
+        "holdfast_relay_lag_seconds",
+        Unit::Seconds,
+        "Time from an event's commit to the relay's first attempt to deliver it to a partner \
+         (how far behind the relay runs, whatever the partner then answers)."
+    );
     describe_counter!(
         "holdfast_dead_letters_total",
         "Deliveries dead-lettered after their last attempt."
@@ -112,6 +134,12 @@ fn describe_and_register() {
     describe_gauge!(
         "holdfast_outbox_backlog",
         "Events and deliveries not yet delivered (as of the last housekeeping pass)."
+    );
+    describe_gauge!(
+        "holdfast_outbox_oldest_pending_age_seconds",
+        Unit::Seconds,
+        "How long the oldest delivery not yet delivered (or event not yet fanned out) has waited; \
+         0 when none waits (as of the last housekeeping pass)."
     );
     describe_gauge!(
         "holdfast_dead_letters",
@@ -132,6 +160,23 @@ fn describe_and_register() {
          primary_replica_unavailable (unreachable, not a standby, or skipped for a second after a miss)."
     );
     describe_gauge!(
+        "holdfast_db_up",
+        "1 when the last probe of Postgres (every few seconds) got an answer, else 0."
+    );
+    describe_gauge!(
+        "holdfast_db_pool_connections",
+        "Connections to the primary held by this instance's pool, by state: idle or in_use."
+    );
+    describe_gauge!(
+        "holdfast_db_pool_max_connections",
+        "The most connections this instance's pool to the primary may open (--db-pool-size)."
+    );
+    describe_counter!(
+        "holdfast_db_pool_acquire_timeouts_total",
+        "Requests answered 503 because no pooled database connection came free within \
+         --db-acquire-timeout-ms."
+    );
+    describe_gauge!(
         "holdfast_build_info",
         "Always 1; the labels say which build is running."
     );
@@ -144,6 +189,7 @@ fn describe_and_register() {
         "holdfast_push_chunks_redone_total",
         "holdfast_dead_letters_total",
         "holdfast_sync_stream_lagged_total",
+        "holdfast_db_pool_acquire_timeouts_total",
     ] {
         metrics::counter!(name).absolute(0);
     }
@@ -158,13 +204,24 @@ fn describe_and_register() {
     for outcome in ["delivered", "failed", "gone"] {
         metrics::counter!("holdfast_delivery_attempts_total", "outcome" => outcome).absolute(0);
     }
-    for name in ["holdfast_outbox_backlog", "holdfast_dead_letters"] {
+    for name in [
+        "holdfast_outbox_backlog",
+        "holdfast_outbox_oldest_pending_age_seconds",
+        "holdfast_dead_letters",
+        "holdfast_db_pool_max_connections",
+        // Down until the first probe says otherwise (one runs at start).
+        "holdfast_db_up",
+    ] {
         metrics::gauge!(name).set(0.0);
+    }
+    for state in ["idle", "in_use"] {
+        metrics::gauge!("holdfast_db_pool_connections", "state" => state).set(0.0);
     }
     // Increment, not set: a second server in the same process (tests) must
     // not reset the first one's count of connected desks.
     metrics::gauge!("holdfast_sync_streams").increment(0.0);
     // Registered without a sample: its buckets read zero until the first delivery.
     let _ = metrics::histogram!("holdfast_delivery_latency_seconds");
+    let _ = metrics::histogram!("holdfast_relay_lag_seconds");
     metrics::gauge!("holdfast_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }

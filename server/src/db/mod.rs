@@ -12,6 +12,7 @@ pub mod outbox;
 pub mod partners;
 pub mod price_lists;
 pub mod reads;
+pub mod relay_health;
 pub mod sessions;
 pub mod skus;
 pub mod tenancy;

@@ -31,7 +31,8 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         if let Error::Internal(e) = &self {
             // Logged once, inside the request's span (method, route, request id).
-            if unavailable_cause(e).is_some() {
+            if let Some(cause) = unavailable_cause(e) {
+                crate::metrics::db::note_unavailable(cause);
                 tracing::warn!(
                     error = format!("{e:#}"),
                     "database unavailable; answered 503"

@@ -46,6 +46,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
 #[utoipa::path(get, operation_id = "get_metrics", path = "/metrics",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    crate::metrics::db::record_pool(&state.db);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

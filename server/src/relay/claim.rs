@@ -91,6 +91,9 @@ pub struct Claimed {
     pub outbox_id: i64,
     pub partner_id: Uuid,
     pub attempts: i32,
+    /// Never attempted before (a requeue resets `attempts` but leaves the
+    /// last status and error, so a requeued delivery is not a first).
+    pub first_attempt: bool,
     pub url: String,
     pub secret: String,
     pub previous_secret: Option<String>,
@@ -143,9 +146,10 @@ pub async fn claim(
             update deliveries d
                set lease_id = $1, lease_expires_at = now() + make_interval(secs => $2)
               from due where d.tenant_id = due.tenant_id and d.id = due.id
-            returning d.tenant_id, d.id, d.outbox_id, d.partner_id, d.attempts
+            returning d.tenant_id, d.id, d.outbox_id, d.partner_id, d.attempts,
+                      (d.attempts = 0 and d.last_status is null and d.last_error is null) as first_attempt
          )
-         select l.tenant_id, l.id, l.outbox_id, l.partner_id, l.attempts,
+         select l.tenant_id, l.id, l.outbox_id, l.partner_id, l.attempts, l.first_attempt,
                 p.url, p.secret, p.previous_secret, p.previous_secret_expires_at,
                 o.payload::text as payload, o.created_at as event_created_at
            from leased l

@@ -451,6 +451,10 @@ async fn deliver_one(
         lease_id,
     } = held;
     let sent_at = chrono::Utc::now();
+    if d.first_attempt {
+        let lag = (sent_at - d.event_created_at).to_std().unwrap_or_default();
+        metrics::histogram!("holdfast_relay_lag_seconds").record(lag.as_secs_f64());
+    }
     let outcome = deliver::attempt(client, &d, settings.allow_private_targets).await;
     let recorded = match outcome {
         Attempt::Delivered(status) => {
@@ -531,6 +535,7 @@ mod tests {
             outbox_id: id,
             partner_id: partner,
             attempts: 0,
+            first_attempt: true,
             url: "http://127.0.0.1/hook".into(),
             secret: String::new(),
             previous_secret: None,

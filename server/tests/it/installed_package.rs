@@ -92,6 +92,14 @@ fn installed_package_contents_scripts_and_unit() {
         // Secrets go here: root only.
         ("etc/default/holdfast-server", "-rw-------"),
         ("usr/share/doc/holdfast-server/copyright", "-rw-r--r--"),
+        (
+            "usr/share/doc/holdfast-server/grafana/holdfast.json",
+            "-rw-r--r--",
+        ),
+        (
+            "usr/share/doc/holdfast-server/prometheus/holdfast-alerts.yml",
+            "-rw-r--r--",
+        ),
     ] {
         let Some((actual, owner)) = files.get(path) else {
             panic!("{path} missing from the package: {files:#?}")

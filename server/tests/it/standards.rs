@@ -23,6 +23,12 @@ const FAMILIES: &[(&str, &str)] = &[
     ("holdfast_delivery_latency_seconds", "histogram"),
     ("holdfast_dead_letters_total", "counter"),
     ("holdfast_outbox_backlog", "gauge"),
+    ("holdfast_outbox_oldest_pending_age_seconds", "gauge"),
+    ("holdfast_relay_lag_seconds", "histogram"),
+    ("holdfast_db_up", "gauge"),
+    ("holdfast_db_pool_connections", "gauge"),
+    ("holdfast_db_pool_max_connections", "gauge"),
+    ("holdfast_db_pool_acquire_timeouts_total", "counter"),
     ("holdfast_dead_letters", "gauge"),
     ("holdfast_sync_streams", "gauge"),
     ("holdfast_sync_stream_lagged_total", "counter"),
@@ -81,6 +87,14 @@ async fn a_fresh_server_lists_every_family_with_help_before_any_request(db: PgPo
                 "holdfast_delivery_attempts_total{{outcome=\"{outcome}\"}} 0"
             )),
             "delivery outcome {outcome} at zero\n{text}"
+        );
+    }
+    for state in ["idle", "in_use"] {
+        assert!(
+            text.contains(&format!(
+                "holdfast_db_pool_connections{{state=\"{state}\"}} "
+            )),
+            "the pool's {state} connections\n{text}"
         );
     }
     // Every family that has a sample has its HELP, the open-ended ones included.

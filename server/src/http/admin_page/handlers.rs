@@ -24,7 +24,7 @@ use super::{PageError, PageResult};
 use crate::auth::Caller;
 use crate::db::deliveries::{self, DeliveryState};
 use crate::db::inbound_events::{self, InboundOutcome};
-use crate::db::{begin_for_tenant, partners, sessions};
+use crate::db::{begin_for_tenant, partners, relay_health, sessions};
 use crate::AppState;
 
 /// The `?requeued=` / `?not_requeued=` the requeue button redirects with.
@@ -266,6 +266,7 @@ async fn render_dashboard(
     )
     .await?;
     let mismatched = inbound_events::payment_mismatches(&mut tx, tenant_id, ROWS).await?;
+    let relay_health = relay_health::last_hour(&mut tx, tenant_id).await?;
     tx.commit().await?;
     Ok(dashboard_page(&Dashboard {
         session,
@@ -277,5 +278,6 @@ async fn render_dashboard(
         pending,
         refused,
         mismatched,
+        relay_health,
     }))
 }

@@ -22,6 +22,7 @@ use crate::auth::Caller;
 use crate::db::deliveries::{self, Delivery, PartnerStats};
 use crate::db::inbound_events::{InboundEvent, PaymentMismatch};
 use crate::db::partners;
+use crate::db::relay_health::PartnerHealth;
 
 /// Rows per table on the page; the JSON routes page through the rest.
 pub(super) const ROWS: i64 = 100;
@@ -42,6 +43,8 @@ pub(super) struct Dashboard<'a> {
     pub(super) pending: Vec<Delivery>,
     pub(super) refused: Vec<InboundEvent>,
     pub(super) mismatched: Vec<PaymentMismatch>,
+    /// Each partner's last hour, for the relay charts.
+    pub(super) relay_health: Vec<PartnerHealth>,
 }
 
 pub(super) fn redirect(to: &str) -> Response {
@@ -142,6 +145,7 @@ th{background:#eef1f4}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.err{max-width:40em;overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.9em}
 tr.inactive td{color:#5b6670;background:#fafafa}
+tr.alarm th,tr.alarm td{background:#fdecea}tr.alarm th{box-shadow:inset 4px 0 #b42318}svg.chart{display:block}
 .ok{color:#1a7f37}.bad{color:#b42318;font-weight:600}.warn{color:#9a6700}
 .notice{background:#e8f4ea;border:1px solid #b7dcbf;padding:.6em 1em;border-radius:6px;max-width:60em;box-sizing:border-box}
 .notice.bad{background:#fdecea;border-color:#f5c2c0;color:#1d232a;font-weight:normal}
@@ -428,6 +432,7 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
         pending,
         refused,
         mismatched,
+        relay_health,
     } = view;
     let csrf = &session.csrf;
     page_start(b, session, tenant_name, Section::Deliveries)?;
@@ -459,6 +464,7 @@ fn dashboard(b: &mut String, view: &Dashboard<'_>) -> fmt::Result {
         if stats.dead_letters > 0 { "bad" } else { "ok" },
         stats.dead_letters
     )?;
+    super::relay_health::section(b, relay_health)?;
 
     write!(
         b,

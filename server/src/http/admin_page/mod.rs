@@ -26,13 +26,16 @@
 //! form again and the refusal in words, the operator's input kept.
 //!
 //! The parts: [`handlers`] answers the dashboard's routes, [`session`] keeps
-//! the cookie session and its CSRF tokens, [`html`] renders the shell.
+//! the cookie session and its CSRF tokens, [`html`] renders the shell,
+//! [`relay_health`] the dashboard's per-partner charts ([`charts`]: inline
+//! SVG drawn here, no script).
 
 use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 mod catalog;
+mod charts;
 mod customers;
 mod form;
 mod handlers;
@@ -41,6 +44,7 @@ mod inbound;
 mod partner;
 mod partners;
 mod price_lists;
+mod relay_health;
 mod session;
 mod users;
 mod write;
@@ -83,6 +87,7 @@ impl<E: Into<anyhow::Error>> From<E> for PageError {
 impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         if let Some(cause) = crate::error::unavailable_cause(&self.0) {
+            crate::metrics::db::note_unavailable(cause);
             tracing::warn!(error = %cause, "admin page: the database is unavailable");
             let mut page = html::message_page(
                 StatusCode::SERVICE_UNAVAILABLE,
