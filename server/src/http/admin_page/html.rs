@@ -560,7 +560,7 @@ fn health(p: &PartnerStats) -> (&'static str, String) {
     if !p.enabled {
         return match &p.paused_reason {
             Some(why) => ("bad", format!("paused: {why}")),
-            None => ("warn", "disabled".to_owned()),
+            None => ("warn", "paused by an operator".to_owned()),
         };
     }
     if p.dead > 0 {
