@@ -33,4 +33,4 @@ cd e2e
 # Bounded: a stuck WebDriver session fails the run after 25 minutes
 # (the build and the run take about 5) instead of holding CI to its limit.
 CARGO_TARGET_DIR="$target/e2e-build" ../scripts/with-keyring.sh xvfb-run -a \
-    timeout --kill-after=30s 25m cargo test --locked -- --ignored --nocapture --test-threads 1
+    timeout --kill-after=30s 25m cargo test --locked --no-fail-fast -- --ignored --nocapture --test-threads 1

@@ -169,6 +169,7 @@ fn operator_console() {
     // the overlap in which both are signed.
     d.goto(&format!("{base}/admin/partners")).expect("partners");
     d.click("#partners a").expect("the partner's page");
+    d.find("#rotate-secret").expect("the partner's page");
     let partner_page = d.current_url().expect("url");
     d.click("#rotate-secret").expect("rotate");
     d.find("#new-secret").expect("the new secret");
@@ -225,8 +226,26 @@ fn operator_console() {
     d.goto(&format!("{base}{harbour}")).expect("Harbour's page");
     d.fill("#url", &erp.url).expect("url");
     d.click("#save-partner").expect("save");
+    // The click only starts the form's POST: wait for its answer before
+    // leaving, or it lands after (and instead of) the next page.
+    d.wait_text("body", "the saved notice", |t| {
+        t.contains("Saved the changes to Harbour Warehouse")
+    })
+    .expect("saved");
     d.goto(&format!("{base}/admin")).expect("dashboard");
-    d.click("form[action$='/requeue'] button[type=submit]")
+    // The dead letter's button (the paused partner's waiting delivery has
+    // one too, "Retry now").
+    let requeue = d
+        .script(
+            "const b = [...document.querySelectorAll('form[action$=\"/requeue\"] button')]
+                 .find(b => b.textContent.trim() === 'Requeue');
+             return b ? b.form.getAttribute('action') : null;",
+            json!([]),
+        )
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .expect("a Requeue button");
+    d.click(&format!("form[action='{requeue}'] button"))
         .expect("requeue");
     let delivered = wait_for(
         "the requeued event to be delivered",
