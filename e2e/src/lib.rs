@@ -37,6 +37,21 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
+/// A fresh dir under /tmp named for `tag` and this process, that the
+/// server's Postgres user can enter (the cluster runs as `postgres` when the
+/// tests run as root).
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("holdfast-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    dir
+}
+
 /// The workspace's target dir (`CARGO_TARGET_DIR` or ../target).
 pub fn target_dir() -> PathBuf {
     std::env::var_os("HOLDFAST_TARGET_DIR")

@@ -9,24 +9,12 @@
 //! `#[ignore]`d: it needs the built server and Chromium; scripts/e2e.sh runs
 //! it with `--ignored`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use holdfast_e2e::{free_port, start_chromedriver, wait_for, Api, Driver, Receiver, Server};
+use holdfast_e2e::{
+    free_port, start_chromedriver, temp_dir, wait_for, Api, Driver, Receiver, Server,
+};
 use serde_json::json;
-
-/// A fresh dir under /tmp that the server's Postgres user can enter.
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("holdfast-e2e-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    dir
-}
 
 /// A UUID for the order the account manager creates (v4-shaped, from the
 /// clock and the process id: unique enough for one run).

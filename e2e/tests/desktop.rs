@@ -8,11 +8,11 @@
 //! `#[ignore]`d: it needs a display, tauri-driver and the built binaries;
 //! scripts/e2e.sh runs it with `--ignored` inside `xvfb-run -a`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use holdfast_e2e::{
-    free_port, keys, money, start_tauri_driver, target_dir, wait_for, Api, Cli, Driver, Server,
+    free_port, keys, money, start_tauri_driver, target_dir, temp_dir, wait_for, Api, Cli, Driver,
+    Server,
 };
 use serde_json::json;
 
@@ -21,19 +21,6 @@ mod crash;
 #[path = "desktop/workday.rs"]
 mod workday;
 use crash::{crash_with_pending_work, require_keychain};
-
-/// A fresh dir under /tmp that the server's Postgres user can enter.
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("holdfast-e2e-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    dir
-}
 
 fn pending(d: &Driver) -> Option<i64> {
     d.text("[data-testid=pending-count]")?

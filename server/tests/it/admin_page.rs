@@ -182,6 +182,19 @@ pub(crate) async fn post_form(
     read(req.send().await.expect("post")).await
 }
 
+/// How many stored replay answers (idempotency keys) contain `text`: a
+/// secret or password shown once must be in none of them.
+pub(crate) async fn replays_containing(db: &sqlx::PgPool, text: &str) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from idempotency_keys
+          where convert_from(response_body, 'UTF8') like '%' || $1 || '%'",
+    )
+    .bind(text)
+    .fetch_one(db)
+    .await
+    .expect("idempotency keys")
+}
+
 pub(crate) async fn get(s: &TestServer, path: &str, cookie: Option<&str>) -> Page {
     let mut req = browser().get(s.url(path));
     if let Some(c) = cookie {
