@@ -15,9 +15,10 @@ use uuid::Uuid;
 
 use crate::alloc::{HttpAllocate, RawAllocate, Shape, Who};
 use crate::load::{self, Latencies, Measured, Window};
+use crate::pgbench::Pgbench;
 use crate::report::{self, latency, ms, rate, Goal, Row};
 use crate::server::Server;
-use crate::setup::{self, BenchDb, Fixture};
+use crate::setup::{self, BenchDb, Fixture, Target};
 use crate::{bearer, progress, push, stream};
 
 mod relay_item;
@@ -31,7 +32,7 @@ pub struct Plan {
     pub clients: Vec<usize>,
     pub diagnose_at: usize,
     pub only: Vec<u8>,
-    /// Items 1–3 variants to run (empty: all): http, one, three, engine, folded.
+    /// Items 1–3 variants to run (empty: all): pgbench, http, one, three, engine, folded.
     pub variants: Vec<String>,
     /// Items 1–3 workloads to run (empty: both): hot, spread.
     pub workloads: Vec<String>,
@@ -132,6 +133,8 @@ pub struct Ctx {
     pub operator_token: String,
     pub who: Arc<Who>,
     pub fixture: Fixture,
+    /// The ceiling for items 1 and 2: Postgres's own client.
+    pub pgbench: Pgbench,
 }
 
 impl Ctx {
@@ -152,6 +155,7 @@ impl Ctx {
             user: fixture.user,
             token_digest: holdfast_server::auth::token_digest(&token),
         });
+        let pgbench = Pgbench::find(&db.url, fixture.tenant, fixture.user)?;
         Ok(Ctx {
             plan,
             server,
@@ -162,6 +166,7 @@ impl Ctx {
             operator_token,
             who,
             fixture,
+            pgbench,
         })
     }
 
@@ -208,6 +213,8 @@ enum Workload {
 enum Variant {
     Http,
     Raw(Shape),
+    /// `pgbench -M prepared` running the one-commit shape (pgbench.rs).
+    Pgbench,
 }
 
 impl Variant {
@@ -215,6 +222,7 @@ impl Variant {
     fn short(self) -> &'static str {
         match self {
             Variant::Http => "http",
+            Variant::Pgbench => "pgbench",
             Variant::Raw(Shape::OneCommit) => "one",
             Variant::Raw(Shape::ThreeCommits) => "three",
             Variant::Raw(Shape::EngineSequence) => "engine",
@@ -225,6 +233,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Http => "Holdfast HTTP",
+            Variant::Pgbench => "pgbench -M prepared, one-commit",
             Variant::Raw(Shape::OneCommit) => "raw one-commit",
             Variant::Raw(Shape::ThreeCommits) => "raw three-commit (seed)",
             Variant::Raw(Shape::EngineSequence) => "raw engine sequence",
@@ -246,6 +255,11 @@ async fn run_variant(
     };
     let seed = |i: usize| (i as u64) << 8 | clients as u64;
     match variant {
+        Variant::Pgbench => {
+            let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
+            let len = ctx.pgbench.load_targets(&ctx.pool, &per_client).await?;
+            ctx.pgbench.run(clients, len, ctx.plan.window).await
+        }
         Variant::Http => {
             let cs = (0..clients)
                 .map(|i| {
@@ -349,7 +363,7 @@ async fn allocation(
                 }
                 let mut variants = Vec::new();
                 if clients.contains(&c) {
-                    variants.extend([one, Variant::Http, three]);
+                    variants.extend([Variant::Pgbench, one, Variant::Http, three]);
                 }
                 if c == ctx.plan.diagnose_at {
                     if !variants.contains(&one) {
@@ -380,22 +394,44 @@ async fn allocation(
             }
         }
     }
+    // Items 1 and 2 against the ceiling, pgbench -M prepared running the
+    // same SQL; beside each, our own raw client against the same ceiling,
+    // so a reader sees which of the two baselines is the faster.
+    let pgbench = Variant::Pgbench;
     for &c in &clients {
-        if let Some(mut row) = compare(&cells, (Workload::Hot, c), Variant::Http, one) {
-            row.item = "1".into();
-            row.what = format!("hot-SKU allocation via HTTP vs raw SQL, {c} clients");
-            if c == 32 {
-                row.goal = Goal::new("≥ 0.6 at 32", row.ratio.unwrap_or(0.0) >= 0.6);
+        for (workload, item, name, goal) in [
+            (
+                Workload::Hot,
+                "1",
+                "hot-SKU allocation",
+                (0.6, "≥ 0.6 at 32"),
+            ),
+            (
+                Workload::Spread,
+                "2",
+                "spread allocation (10,000 SKUs)",
+                (0.5, "≥ 0.5 at 32"),
+            ),
+        ] {
+            if let Some(mut row) = compare(&cells, (workload, c), Variant::Http, pgbench) {
+                row.item = item.into();
+                row.what =
+                    format!("{name} via HTTP vs pgbench -M prepared (same SQL), {c} clients");
+                let ratio = row.ratio.unwrap_or(0.0);
+                if c == 32 {
+                    row.goal = Goal::new(goal.1, ratio >= goal.0);
+                } else if c == 1 {
+                    row.goal = Goal::new("≥ 0.6 at 1", ratio >= 0.6);
+                }
+                rows.push(row);
             }
-            rows.push(row);
-        }
-        if let Some(mut row) = compare(&cells, (Workload::Spread, c), Variant::Http, one) {
-            row.item = "2".into();
-            row.what = format!("spread allocation (10,000 SKUs) via HTTP vs raw SQL, {c} clients");
-            if c == 32 {
-                row.goal = Goal::new("≥ 0.5 (at 32)", row.ratio.unwrap_or(0.0) >= 0.5);
+            if let Some(mut row) = compare(&cells, (workload, c), one, pgbench) {
+                row.item = item.into();
+                row.what = format!(
+                    "{name}: raw SQL over sqlx (one round trip per statement) vs pgbench, {c} clients"
+                );
+                rows.push(row);
             }
-            rows.push(row);
         }
         for (workload, name) in [(Workload::Hot, "hot SKU"), (Workload::Spread, "spread")] {
             if let Some(mut row) = compare(&cells, (workload, c), one, three) {

@@ -10,6 +10,7 @@ mod desk;
 mod desktop;
 mod items;
 mod load;
+mod pgbench;
 mod progress;
 mod push;
 mod relay;
@@ -84,7 +85,7 @@ struct Cli {
     #[arg(long)]
     rounds: Option<u32>,
 
-    /// Items 1-3: only these variants (http, one, three, engine, folded), e.g. for a profile.
+    /// Items 1-3: only these variants (pgbench, http, one, three, engine, folded), e.g. for a profile.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     variants: Vec<String>,
 

@@ -26,6 +26,9 @@ pub struct BenchDb {
     admin: PgConnectOptions,
     pub name: String,
     pub options: PgConnectOptions,
+    /// The bench database's URL, for pgbench (`DATABASE_URL` with its
+    /// database swapped).
+    pub url: String,
 }
 
 impl BenchDb {
@@ -48,10 +51,13 @@ impl BenchDb {
             .with_context(|| format!("creating database {name}"))?;
         conn.close().await?;
         let options = admin.clone().database(&name);
+        let mut bench_url = reqwest::Url::parse(url).context("DATABASE_URL is not a URL")?;
+        bench_url.set_path(&format!("/{name}"));
         Ok(BenchDb {
             admin,
             name,
             options,
+            url: bench_url.to_string(),
         })
     }
 
