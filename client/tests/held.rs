@@ -91,20 +91,6 @@ async fn newer_server(upstream: &str) -> (String, Newer) {
     (url, n)
 }
 
-/// Syncs `engine` until `done` (a commit can reach the feed a moment after
-/// its answer: the pull's fence waits for older transactions).
-async fn sync_until(engine: &Engine, done: impl Fn(&Engine) -> bool) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        engine.sync_once().await.expect("sync");
-        if done(engine) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never synced");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-}
-
 /// Opens `name`'s store with `tokens`, so a reopened desk stays signed in
 /// (the app keeps its token in the keychain, not in the store).
 fn reopen(dir: &std::path::Path, name: &str, tokens: &Arc<MemoryTokens>) -> Engine {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use holdfast_client::token::MemoryTokens;
 use holdfast_client::view::{LinePrice, OrderView};
-use holdfast_client::{Error, NewOrder};
+use holdfast_client::{Engine, Error, NewOrder};
 use holdfast_protocol::model::OrderHeaderSet;
 use serde_json::json;
 use sqlx::PgPool;
@@ -267,8 +267,12 @@ async fn a_reorder_copies_the_lines_at_todays_prices_and_names_what_it_left_out(
         .patch_sku(skus[0], json!({ "wholesale_price": wholesale + 100 }))
         .await;
     admin.patch_sku(skus[2], json!({ "active": false })).await;
-    desk.sync_once().await.expect("pull the changes");
-    let gone = desk.sku(skus[2]).expect("sku").expect("mirrored").sku;
+    let mirrored = |d: &Engine, i: usize| d.sku(skus[i]).expect("sku").expect("mirrored").sku;
+    sync_until(&desk, |d| {
+        mirrored(d, 0).wholesale_price == wholesale + 100 && !mirrored(d, 2).active
+    })
+    .await;
+    let gone = mirrored(&desk, 2);
 
     let before = desk.pending_rows().expect("rows").len();
     let copy = desk.reorder(order).expect("reorder");

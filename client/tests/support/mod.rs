@@ -442,6 +442,21 @@ impl Ledger {
     }
 }
 
+/// Syncs `engine` until `done` (a commit can reach the feed a moment after
+/// its answer: the pull's fence waits for older transactions), for
+/// [`DEADLINE`] at the most.
+pub async fn sync_until(engine: &Engine, done: impl Fn(&Engine) -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        engine.sync_once().await.expect("sync");
+        if done(engine) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never synced");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
 /// Runs `sync_once` until nothing is pending; returns (failed passes, acts
 /// answered by replay). Each pass is bounded by the HTTP timeouts, and the
 /// number of passes by `max`.
