@@ -58,10 +58,30 @@ pub(crate) fn crash_with_pending_work(d: &Driver, server: &mut Server, tmp: &Pat
         .filter(|b| *b)
     })
     .expect("quantity box");
-    clear(d, &qty_box);
-    d.focus(&qty_box).expect("quantity box");
-    d.keys(&format!("{}{}", qty + 1, keys::TAB))
-        .expect("type the quantity");
+    // The note's commit re-renders the editor, which may put the old
+    // quantity back into the box between clearing and typing ("2" then "3"
+    // reads "23"): type until the box reads what was typed, then leave it
+    // (only leaving commits the quantity).
+    let typed = (qty + 1).to_string();
+    wait_for(
+        "the new quantity in the box",
+        Duration::from_secs(20),
+        || {
+            clear(d, &qty_box);
+            d.focus(&qty_box).ok()?;
+            d.keys(&typed).ok()?;
+            d.script(
+                "return document.querySelector(arguments[0]).value;",
+                json!([qty_box]),
+            )
+            .ok()?
+            .as_str()
+            .filter(|v| *v == typed)
+            .map(drop)
+        },
+    )
+    .expect("type the quantity");
+    d.keys(keys::TAB).expect("leave the quantity");
     let queued = wait_pending(d, "the quantity change pending too", |n| n == 2);
     d.screenshot("13-pending-before-kill").expect("shot");
 
