@@ -19,7 +19,7 @@ use crate::pgbench::Pgbench;
 use crate::report::{self, latency, ms, rate, Goal, Row};
 use crate::server::Server;
 use crate::setup::{self, BenchDb, Fixture, Target};
-use crate::{bearer, progress, push, stream};
+use crate::{bearer, progress, push, push_ceiling, stream};
 
 mod relay_item;
 
@@ -215,6 +215,8 @@ enum Variant {
     Raw(Shape),
     /// `pgbench -M prepared` running the one-commit shape (pgbench.rs).
     Pgbench,
+    /// …and the seed's three-commit shape (item 3).
+    PgbenchThree,
 }
 
 impl Variant {
@@ -223,6 +225,7 @@ impl Variant {
         match self {
             Variant::Http => "http",
             Variant::Pgbench => "pgbench",
+            Variant::PgbenchThree => "pgbench-three",
             Variant::Raw(Shape::OneCommit) => "one",
             Variant::Raw(Shape::ThreeCommits) => "three",
             Variant::Raw(Shape::EngineSequence) => "engine",
@@ -234,6 +237,7 @@ impl Variant {
         match self {
             Variant::Http => "Holdfast HTTP",
             Variant::Pgbench => "pgbench -M prepared, one-commit",
+            Variant::PgbenchThree => "pgbench -M prepared, three-commit (seed)",
             Variant::Raw(Shape::OneCommit) => "raw one-commit",
             Variant::Raw(Shape::ThreeCommits) => "raw three-commit (seed)",
             Variant::Raw(Shape::EngineSequence) => "raw engine sequence",
@@ -255,10 +259,11 @@ async fn run_variant(
     };
     let seed = |i: usize| (i as u64) << 8 | clients as u64;
     match variant {
-        Variant::Pgbench => {
+        Variant::Pgbench | Variant::PgbenchThree => {
             let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
             let len = ctx.pgbench.load_targets(&ctx.pool, &per_client).await?;
-            ctx.pgbench.run(clients, len, ctx.plan.window).await
+            let three = variant == Variant::PgbenchThree;
+            ctx.pgbench.run(clients, len, three, ctx.plan.window).await
         }
         Variant::Http => {
             let cs = (0..clients)
@@ -348,7 +353,6 @@ async fn allocation(
     diagnostics: &mut Vec<Row>,
 ) -> anyhow::Result<()> {
     let one = Variant::Raw(Shape::OneCommit);
-    let three = Variant::Raw(Shape::ThreeCommits);
     let mut cells: Cells = HashMap::new();
     let clients = ctx.plan.clients.clone();
     let mut levels = clients.clone();
@@ -363,7 +367,12 @@ async fn allocation(
                 }
                 let mut variants = Vec::new();
                 if clients.contains(&c) {
-                    variants.extend([Variant::Pgbench, one, Variant::Http, three]);
+                    variants.extend([Variant::Pgbench, one, Variant::Http, Variant::PgbenchThree]);
+                    // Our own client of the seed's shape: only when asked for
+                    // (`--variants three`), as a diagnostic against pgbench's.
+                    if ctx.plan.variants.iter().any(|v| v == "three") {
+                        variants.push(Variant::Raw(Shape::ThreeCommits));
+                    }
                 }
                 if c == ctx.plan.diagnose_at {
                     if !variants.contains(&one) {
@@ -434,12 +443,26 @@ async fn allocation(
             }
         }
         for (workload, name) in [(Workload::Hot, "hot SKU"), (Workload::Spread, "spread")] {
-            if let Some(mut row) = compare(&cells, (workload, c), one, three) {
+            let three = Variant::PgbenchThree;
+            if let Some(mut row) = compare(&cells, (workload, c), Variant::Pgbench, three) {
                 row.item = "3".into();
                 row.what = format!(
-                    "one commit (ours) vs seed's three commits, raw SQL, {name}, {c} clients"
+                    "one commit (ours) vs seed's three commits, both under pgbench -M prepared, {name}, {c} clients"
                 );
                 rows.push(row);
+            }
+        }
+    }
+    for &c in &clients {
+        for workload in [Workload::Hot, Workload::Spread] {
+            let sqlx_three = Variant::Raw(Shape::ThreeCommits);
+            if let Some(mut row) = compare(&cells, (workload, c), sqlx_three, Variant::PgbenchThree)
+            {
+                row.item = "3·d".into();
+                row.what = format!(
+                    "seed's three commits over sqlx vs the same under pgbench, {workload:?}, {c} clients"
+                );
+                diagnostics.push(row);
             }
         }
     }
@@ -520,6 +543,10 @@ async fn replay(ctx: &Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Apply {
     Push,
+    /// The ceiling: one round trip per transaction of 100 (push_ceiling.rs).
+    OneTrip,
+    /// The same SQL under `pgbench -M simple`.
+    Pgbench,
     Raw,
     RawSavepoints,
     Rest,
@@ -529,6 +556,11 @@ async fn apply(ctx: &Ctx, how: Apply, queue: &[push::Mutation]) -> anyhow::Resul
     let customer = ctx.fixture.customer;
     match how {
         Apply::Push => push::push(&ctx.http, &ctx.base, &ctx.bearer, customer, queue).await,
+        Apply::OneTrip => push_ceiling::one_trip(&ctx.pool, &ctx.who, customer, queue).await,
+        Apply::Pgbench => {
+            let (bin, url) = (ctx.pgbench.bin(), ctx.pgbench.url());
+            push_ceiling::pgbench(bin, url, &ctx.who, customer, queue).await
+        }
         Apply::Raw => push::raw(&ctx.pool, &ctx.who, customer, queue, false).await,
         Apply::RawSavepoints => push::raw(&ctx.pool, &ctx.who, customer, queue, true).await,
         Apply::Rest => push::rest(&ctx.http, &ctx.base, &ctx.bearer, customer, queue).await,
@@ -573,7 +605,14 @@ async fn batch(ctx: &Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let mut results: HashMap<Apply, Vec<push::Applied>> = HashMap::new();
     for round in 0..rounds {
         let share = orders / rounds + usize::from(round < orders % rounds);
-        let mut order = [Apply::Push, Apply::Raw, Apply::RawSavepoints, Apply::Rest];
+        let mut order = [
+            Apply::Push,
+            Apply::OneTrip,
+            Apply::Pgbench,
+            Apply::Raw,
+            Apply::RawSavepoints,
+            Apply::Rest,
+        ];
         if round % 2 == 1 {
             order.reverse();
         }
@@ -595,11 +634,31 @@ async fn batch(ctx: &Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         row.goal = Goal::new("≥ 4", row.ratio.unwrap_or(0.0) >= 4.0);
         rows.push(row);
     }
-    if let Some(mut row) = batch_row(&results, Apply::Push, Apply::Raw) {
+    if let Some(mut row) = batch_row(&results, Apply::Push, Apply::OneTrip) {
         row.item = "4b".into();
-        row.what = format!("batch push vs raw ceiling (same writes, tx of 100, sqlx), {total}");
+        row.what = format!(
+            "batch push vs the ceiling: the same writes, one statement per mutation, a transaction \
+             of 100 in one round trip, {total}"
+        );
         row.goal = Goal::new("≥ 0.6", row.ratio.unwrap_or(0.0) >= 0.6);
         rows.push(row);
+    }
+    // Beside the ceiling, the other clients of the same writes against it.
+    for (how, what) in [
+        (
+            Apply::Pgbench,
+            "pgbench -M simple running the ceiling's SQL (one statement per round trip)",
+        ),
+        (
+            Apply::Raw,
+            "raw SQL over sqlx, item after item (one round trip per statement)",
+        ),
+    ] {
+        if let Some(mut row) = batch_row(&results, how, Apply::OneTrip) {
+            row.item = "4b".into();
+            row.what = format!("{what} vs the ceiling, {total}");
+            rows.push(row);
+        }
     }
     if let Some(mut row) = batch_row(&results, Apply::RawSavepoints, Apply::Raw) {
         row.item = "4c".into();

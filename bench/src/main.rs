@@ -13,6 +13,7 @@ mod load;
 mod pgbench;
 mod progress;
 mod push;
+mod push_ceiling;
 mod relay;
 mod report;
 mod rls;

@@ -71,6 +71,14 @@ impl Pgbench {
         })
     }
 
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// Writes each client's targets (truncated to the shortest list, so
     /// every client draws from as many) and returns that length.
     pub async fn load_targets(
@@ -118,8 +126,10 @@ impl Pgbench {
         Ok(len)
     }
 
-    /// The transaction, as pgbench's script language writes it.
-    fn script(&self, len: usize) -> String {
+    /// The transaction, as pgbench's script language writes it: the one
+    /// commit, or (`three`) the seed's shape — claim the key and commit, do
+    /// the work and commit, store the response and commit.
+    fn script(&self, len: usize, three: bool) -> String {
         let (tenant, user) = (self.tenant, self.user);
         let target = |column: &str| {
             format!(
@@ -127,16 +137,18 @@ impl Pgbench {
             )
         };
         let (order, line, sku) = (target("order_id"), target("line_id"), target("sku_id"));
+        let key = "'pgb-' || :client_id::text || '-' || :r::text";
+        let split = if three { "COMMIT;\nBEGIN;\n" } else { "" };
         format!(
             "\\set n random(0, {last})
 \\set r random(1, 1000000000000000)
 BEGIN;
-insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ('{tenant}', 'pgb-' || :client_id::text || '-' || :r::text, 'pgbench', 0, ''::bytea) on conflict (tenant_id, key) do nothing;
-update sku_positions set allocated = allocated + 1, version = version + 1, event_seq = event_seq + 1, updated_at = now() where tenant_id = '{tenant}' and sku_id = {sku} and on_hand + on_order - allocated >= 1 returning on_hand + on_order - allocated as ats, version, event_seq as seq \\gset
-insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by) values ('{tenant}', {sku}, {order}, {line}, 1, 'allocate', 'pgb-' || :client_id::text || '-' || :r::text, '{user}');
+insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ('{tenant}', {key}, 'pgbench', 0, ''::bytea) on conflict (tenant_id, key) do nothing;
+{split}update sku_positions set allocated = allocated + 1, version = version + 1, event_seq = event_seq + 1, updated_at = now() where tenant_id = '{tenant}' and sku_id = {sku} and on_hand + on_order - allocated >= 1 returning on_hand + on_order - allocated as ats, version, event_seq as seq \\gset
+insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by) values ('{tenant}', {sku}, {order}, {line}, 1, 'allocate', {key}, '{user}');
 insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload) values ('{tenant}', 'sku.ats_changed', 'sku', {sku}, :seq::bigint, jsonb_build_object('type', 'sku.ats_changed', 'timestamp', now(), 'data', jsonb_build_object('tenant_id', '{tenant}'::uuid, 'sku_id', {sku}, 'sequence', :seq::bigint, 'version', :version::bigint, 'ats', :ats::bigint)));
 insert into changes (tenant_id, kind, doc_id, version) values ('{tenant}', 'sku', {sku}, :version::bigint);
-update idempotency_keys set status_code = 200, response_body = convert_to(json_build_object('sku_id', {sku}, 'line_id', {line}, 'ats_after', :ats::bigint)::text, 'UTF8') where tenant_id = '{tenant}' and key = 'pgb-' || :client_id::text || '-' || :r::text;
+{split}update idempotency_keys set status_code = 200, response_body = convert_to(json_build_object('sku_id', {sku}, 'line_id', {line}, 'ats_after', :ats::bigint)::text, 'UTF8') where tenant_id = '{tenant}' and key = {key};
 COMMIT;
 ",
             last = len - 1,
@@ -148,13 +160,14 @@ COMMIT;
         &self,
         clients: usize,
         len: usize,
+        three: bool,
         window: Window,
     ) -> anyhow::Result<Measured> {
         let dir = std::env::temp_dir().join(format!("holdfast-pgbench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let script = dir.join("allocate.sql");
-        std::fs::write(&script, self.script(len))?;
+        std::fs::write(&script, self.script(len, three))?;
         // Whole seconds, and one more: the window is cut from the log.
         let seconds = (window.warmup + window.measure).as_secs_f64().ceil() as u64 + 1;
         let out = tokio::process::Command::new(&self.bin)

@@ -27,10 +27,10 @@ const LINES: usize = 16;
 /// The server's batch push limit (API.md: 1–500 items).
 const PUSH_CHUNK: usize = 500;
 /// The server commits every 100 items (engine/batch.rs); so does the ceiling.
-const RAW_TX_ITEMS: usize = 100;
+pub(crate) const RAW_TX_ITEMS: usize = 100;
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(crate) enum Op {
     Create,
     AddLine { line: Uuid, sku: Uuid, base: i64 },
     Allocate { line: Uuid, sku: Uuid },
@@ -40,20 +40,20 @@ enum Op {
 
 #[derive(Debug, Clone)]
 pub struct Mutation {
-    key: String,
-    order: Uuid,
-    op: Op,
+    pub(crate) key: String,
+    pub(crate) order: Uuid,
+    pub(crate) op: Op,
 }
 
 impl Mutation {
-    fn method(&self) -> &'static str {
+    pub(crate) fn method(&self) -> &'static str {
         match self.op {
             Op::ChangeLine { .. } | Op::Patch { .. } => "PATCH",
             _ => "POST",
         }
     }
 
-    fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         let o = self.order;
         match &self.op {
             Op::Create => "/v1/orders".to_owned(),
@@ -64,7 +64,7 @@ impl Mutation {
         }
     }
 
-    fn body(&self, customer: Uuid) -> Value {
+    pub(crate) fn body(&self, customer: Uuid) -> Value {
         match &self.op {
             Op::Create => {
                 json!({"id": self.order, "customer_id": customer, "customer_po": "PO-BENCH"})

@@ -33,12 +33,16 @@ pub const CHANNEL: &str = "holdfast_changes";
 
 /// Pokes buffered per tenant before a slow stream starts skipping.
 const PER_TENANT_BUFFER: usize = 16;
-/// How long notifications are gathered before the fence is read: a burst of
-/// commits costs one fence query, not one each.
+/// The fence is read at most once per this: the first commit after a quiet
+/// spell is read at once, a burst behind it costs one more query, not one
+/// each.
 const GATHER: Duration = Duration::from_millis(5);
-/// How often the fence is re-read while a change waits behind an older
-/// transaction still in flight.
-const RECHECK: Duration = Duration::from_millis(50);
+/// While a change waits behind an older transaction still in flight, the
+/// fence is re-read after this, doubling up to `RECHECK_MAX`: most writers
+/// commit within milliseconds, and a desk should hear of the change as soon
+/// as a pull can see it, not up to one fixed period later.
+const RECHECK_MIN: Duration = Duration::from_millis(2);
+const RECHECK_MAX: Duration = Duration::from_millis(50);
 /// Back-off after the database refused a fence query or a reconnect.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -243,6 +247,10 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
     let mut pending: HashMap<Uuid, i64> = HashMap::new();
     let mut lost = false;
     let mut check_at: Option<Instant> = None;
+    // When the fence was last read, and the wait before re-reading it while
+    // something is still held back.
+    let mut checked_at: Option<Instant> = None;
+    let mut recheck = RECHECK_MIN;
     loop {
         let wake = check_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
@@ -260,11 +268,12 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
                     Some(Heard::Lost) => lost = true,
                 }
                 if !pending.is_empty() || lost {
-                    let soon = Instant::now() + GATHER;
+                    let soon = checked_at.map_or_else(Instant::now, |at| at + GATHER);
                     check_at = Some(check_at.map_or(soon, |at| at.min(soon)));
                 }
             }
             _ = tokio::time::sleep_until(wake), if check_at.is_some() => {
+                checked_at = Some(Instant::now());
                 check_at = match fence(&db).await {
                     Ok((xmin, xmax)) => {
                         if std::mem::take(&mut lost) {
@@ -285,7 +294,14 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
                                 true
                             }
                         });
-                        (!pending.is_empty()).then(|| Instant::now() + RECHECK)
+                        if pending.is_empty() {
+                            recheck = RECHECK_MIN;
+                            None
+                        } else {
+                            let at = Instant::now() + recheck;
+                            recheck = (recheck * 2).min(RECHECK_MAX);
+                            Some(at)
+                        }
                     }
                     Err(sqlx::Error::PoolClosed) => return,
                     Err(e) => {
