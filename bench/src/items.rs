@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::alloc::{HttpAllocate, RawAllocate, Shape, Who};
 use crate::load::{self, Latencies, Measured, Window};
-use crate::pgbench::Pgbench;
+use crate::pgbench::{Pgbench, Script};
 use crate::report::{self, latency, ms, rate, Goal, Row};
 use crate::server::Server;
 use crate::setup::{self, BenchDb, Fixture, Target};
@@ -262,8 +262,11 @@ async fn run_variant(
         Variant::Pgbench | Variant::PgbenchThree => {
             let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
             let len = ctx.pgbench.load_targets(&ctx.pool, &per_client).await?;
-            let three = variant == Variant::PgbenchThree;
-            ctx.pgbench.run(clients, len, three, ctx.plan.window).await
+            let shape = Script {
+                three: variant == Variant::PgbenchThree,
+                bound: false,
+            };
+            ctx.pgbench.run(clients, len, shape, ctx.plan.window).await
         }
         Variant::Http => {
             let cs = (0..clients)

@@ -20,6 +20,16 @@ use uuid::Uuid;
 
 use crate::load::{Latencies, Measured, Window};
 use crate::setup::Target;
+use holdfast_server::db::tenancy::TENANT_ROLE;
+
+/// Which transaction pgbench runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Script {
+    /// The seed's three commits instead of our one (item 3).
+    pub three: bool,
+    /// Bound to the tenant under row-level security (the RLS rows).
+    pub bound: bool,
+}
 
 /// pgbench, and where and as whom it allocates.
 #[derive(Debug, Clone)]
@@ -120,6 +130,12 @@ impl Pgbench {
         .bind(&skus)
         .execute(pool)
         .await?;
+        // The RLS variant reads it as the tenant role.
+        sqlx::query(&format!(
+            "grant select on bench_pgbench_targets to {TENANT_ROLE}"
+        ))
+        .execute(pool)
+        .await?;
         sqlx::query("analyze bench_pgbench_targets")
             .execute(pool)
             .await?;
@@ -127,9 +143,11 @@ impl Pgbench {
     }
 
     /// The transaction, as pgbench's script language writes it: the one
-    /// commit, or (`three`) the seed's shape — claim the key and commit, do
-    /// the work and commit, store the response and commit.
-    fn script(&self, len: usize, three: bool) -> String {
+    /// commit, or (`shape.three`) the seed's shape — claim the key and
+    /// commit, do the work and commit, store the response and commit; bound
+    /// to the tenant under row-level security (`shape.bound`) as
+    /// `db::begin_for_tenant` binds it, one statement after `BEGIN`.
+    fn script(&self, len: usize, shape: Script) -> String {
         let (tenant, user) = (self.tenant, self.user);
         let target = |column: &str| {
             format!(
@@ -138,12 +156,23 @@ impl Pgbench {
         };
         let (order, line, sku) = (target("order_id"), target("line_id"), target("sku_id"));
         let key = "'pgb-' || :client_id::text || '-' || :r::text";
-        let split = if three { "COMMIT;\nBEGIN;\n" } else { "" };
+        let bind = format!(
+            "select set_config('role', '{TENANT_ROLE}', true), set_config('app.tenant_id', '{tenant}', true);\n"
+        );
+        let begin = if shape.bound {
+            format!("BEGIN;\n{bind}")
+        } else {
+            "BEGIN;\n".to_owned()
+        };
+        let split = if shape.three {
+            format!("COMMIT;\n{begin}")
+        } else {
+            String::new()
+        };
         format!(
             "\\set n random(0, {last})
 \\set r random(1, 1000000000000000)
-BEGIN;
-insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ('{tenant}', {key}, 'pgbench', 0, ''::bytea) on conflict (tenant_id, key) do nothing;
+{begin}insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body) values ('{tenant}', {key}, 'pgbench', 0, ''::bytea) on conflict (tenant_id, key) do nothing;
 {split}update sku_positions set allocated = allocated + 1, version = version + 1, event_seq = event_seq + 1, updated_at = now() where tenant_id = '{tenant}' and sku_id = {sku} and on_hand + on_order - allocated >= 1 returning on_hand + on_order - allocated as ats, version, event_seq as seq \\gset
 insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by) values ('{tenant}', {sku}, {order}, {line}, 1, 'allocate', {key}, '{user}');
 insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload) values ('{tenant}', 'sku.ats_changed', 'sku', {sku}, :seq::bigint, jsonb_build_object('type', 'sku.ats_changed', 'timestamp', now(), 'data', jsonb_build_object('tenant_id', '{tenant}'::uuid, 'sku_id', {sku}, 'sequence', :seq::bigint, 'version', :version::bigint, 'ats', :ats::bigint)));
@@ -160,14 +189,14 @@ COMMIT;
         &self,
         clients: usize,
         len: usize,
-        three: bool,
+        shape: Script,
         window: Window,
     ) -> anyhow::Result<Measured> {
         let dir = std::env::temp_dir().join(format!("holdfast-pgbench-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let script = dir.join("allocate.sql");
-        std::fs::write(&script, self.script(len, three))?;
+        std::fs::write(&script, self.script(len, shape))?;
         // Whole seconds, and one more: the window is cut from the log.
         let seconds = (window.warmup + window.measure).as_secs_f64().ceil() as u64 + 1;
         let out = tokio::process::Command::new(&self.bin)

@@ -13,6 +13,10 @@
 //! `synchronous_commit = off`, where the wait for the WAL flush no longer
 //! hides the binding's own cost.
 //!
+//! Both sides also run under `pgbench -M prepared` (the ceiling's client,
+//! issue 16), bound and unbound, and our unbound client is shown against
+//! pgbench's.
+//!
 //! `--only 10` runs just this; it runs after items 1–9 otherwise.
 
 use std::sync::Arc;
@@ -27,6 +31,7 @@ use uuid::Uuid;
 use crate::alloc::{one_commit_in_tx, Who};
 use crate::items::Ctx;
 use crate::load::{self, Client, Latencies, Measured};
+use crate::pgbench::Script;
 use crate::progress;
 use crate::report::{latency, rate, Row};
 use crate::setup::Target;
@@ -43,6 +48,10 @@ enum Binding {
     Bound,
     /// The binding folded into the `BEGIN` (diagnostic).
     InBegin,
+    /// `pgbench -M prepared`, unbound and bound: the ceiling's view of the
+    /// same cost (issue 16), with no client of ours in the way.
+    PgbenchUnbound,
+    PgbenchBound,
 }
 
 impl Binding {
@@ -51,6 +60,8 @@ impl Binding {
             Binding::Unbound => "unbound",
             Binding::Bound => "bound (begin_for_tenant)",
             Binding::InBegin => "bound inside BEGIN",
+            Binding::PgbenchUnbound => "pgbench, unbound",
+            Binding::PgbenchBound => "pgbench, bound",
         }
     }
 }
@@ -69,8 +80,10 @@ impl Client for Allocator {
         let t = self.targets[self.rng.random_range(0..self.targets.len())];
         let key = Uuid::new_v4().to_string();
         let mut tx = match self.binding {
-            Binding::Unbound => self.db.begin().await?,
-            Binding::Bound => begin_for_tenant(&self.db, self.who.tenant).await?,
+            Binding::Unbound | Binding::PgbenchUnbound => self.db.begin().await?,
+            Binding::Bound | Binding::PgbenchBound => {
+                begin_for_tenant(&self.db, self.who.tenant).await?
+            }
             Binding::InBegin => self.db.begin_with(self.begin.clone()).await?,
         };
         one_commit_in_tx(&mut tx, &self.who, t, &key).await?;
@@ -87,6 +100,22 @@ async fn measure(
     clients: usize,
 ) -> anyhow::Result<Measured> {
     let f = &ctx.fixture;
+    let targets = |i: usize| {
+        if hot {
+            vec![f.hot_target(i)]
+        } else {
+            f.spread_targets(i, clients)
+        }
+    };
+    if let Binding::PgbenchUnbound | Binding::PgbenchBound = binding {
+        let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
+        let len = ctx.pgbench.load_targets(&ctx.pool, &per_client).await?;
+        let shape = Script {
+            three: false,
+            bound: binding == Binding::PgbenchBound,
+        };
+        return ctx.pgbench.run(clients, len, shape, ctx.plan.window).await;
+    }
     // A tenant id prints as hex and dashes only: safe to inline.
     let begin = format!(
         "begin; set local role {TENANT_ROLE}; set local app.tenant_id = '{}'",
@@ -98,11 +127,7 @@ async fn measure(
             who: ctx.who.clone(),
             binding,
             begin: begin.clone(),
-            targets: if hot {
-                vec![f.hot_target(i)]
-            } else {
-                f.spread_targets(i, clients)
-            },
+            targets: targets(i),
             rng: StdRng::seed_from_u64((i as u64) << 8 | clients as u64),
         })
         .collect();
@@ -172,8 +197,15 @@ async fn committed(
             let mut unbound = Vec::new();
             let mut bound = Vec::new();
             let mut in_begin = Vec::new();
+            let (mut pgb_unbound, mut pgb_bound) = (Vec::new(), Vec::new());
             for round in 0..ctx.plan.rounds {
-                let mut order = [Binding::Unbound, Binding::Bound, Binding::InBegin];
+                let mut order = [
+                    Binding::PgbenchUnbound,
+                    Binding::Unbound,
+                    Binding::Bound,
+                    Binding::InBegin,
+                    Binding::PgbenchBound,
+                ];
                 // Alternate the order between rounds so drift hits every side.
                 if round % 2 == 1 {
                     order.reverse();
@@ -192,6 +224,8 @@ async fn committed(
                         Binding::Unbound => unbound.push(m),
                         Binding::Bound => bound.push(m),
                         Binding::InBegin => in_begin.push(m),
+                        Binding::PgbenchUnbound => pgb_unbound.push(m),
+                        Binding::PgbenchBound => pgb_bound.push(m),
                     }
                 }
             }
@@ -205,6 +239,17 @@ async fn committed(
                 r.ratio.unwrap_or(f64::NAN)
             ));
             rows.push(r);
+            let mut p = row(&pgb_bound, &pgb_unbound);
+            p.item = "RLS".into();
+            p.what = format!(
+                "the same under pgbench -M prepared (the ceiling's client), bound vs unbound, {name}, {c} clients"
+            );
+            rows.push(p);
+            let mut u = row(&unbound, &pgb_unbound);
+            u.item = "RLS".into();
+            u.what =
+                format!("unbound: raw SQL over sqlx vs pgbench -M prepared, {name}, {c} clients");
+            rows.push(u);
             let mut d = row(&in_begin, &unbound);
             d.item = "RLS-d".into();
             d.what = format!(
