@@ -166,6 +166,53 @@ pub async fn execute_in_tx(
     run_claimed(conn, caller, &req.key, req.mutation.clone()).await
 }
 
+/// What [`execute_unbound_in_tx`] ended with.
+#[derive(Debug)]
+pub enum Executed {
+    Step(Step),
+    /// The caller, taken from the token cache, was not proved: nothing was
+    /// answered; roll back, look the token up and run again (or answer 401).
+    Unproved,
+}
+
+/// [`execute_in_tx`] in a transaction that is not yet bound to a tenant: the
+/// claim binds it (`idempotency::claim_bound_in_tx`). With `verify`, the
+/// caller came from the token cache and is proved in the claim; any answer
+/// decided before it (a role refused) is not given until the caller is
+/// proved: `Executed::Unproved` instead.
+pub async fn execute_unbound_in_tx(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    verify: bool,
+    req: &Request,
+) -> Result<Executed, anyhow::Error> {
+    if let Err(outcome) = check(caller, req) {
+        if verify {
+            return Ok(Executed::Unproved);
+        }
+        return Ok(Executed::Step(Step::Discard(outcome)));
+    }
+    let who = idempotency::ClaimFor { caller, verify };
+    let claim = match idempotency::claim_bound_in_tx(
+        conn,
+        who,
+        &req.key,
+        &req.fingerprint,
+        KEY_LOCK_TIMEOUT,
+    )
+    .await?
+    {
+        idempotency::BoundClaim::Claim(claim) => claim,
+        idempotency::BoundClaim::CallerChanged => return Ok(Executed::Unproved),
+    };
+    if let Some(step) = settle(claim) {
+        return Ok(Executed::Step(step));
+    }
+    run_claimed(conn, caller, &req.key, req.mutation.clone())
+        .await
+        .map(Executed::Step)
+}
+
 /// The answer for a key this request did not claim; `None` when it did.
 pub(crate) fn settle(claim: idempotency::Claim) -> Option<Step> {
     match claim {
