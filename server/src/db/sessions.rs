@@ -205,7 +205,10 @@ impl TokenCache {
             primary_wal: None,
             ..caller.clone()
         };
-        entries.insert(auth::token_digest(token), (caller, std::time::Instant::now()));
+        entries.insert(
+            auth::token_digest(token),
+            (caller, std::time::Instant::now()),
+        );
     }
 
     pub fn forget(&self, token: &str) {

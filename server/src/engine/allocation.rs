@@ -178,17 +178,13 @@ async fn move_line(
         qty_allocated: qty_allocated + delta,
         updated_by_name: order.updated_by_name.clone(),
     };
-    let moved = folded_move(
-        conn,
-        caller,
-        key,
+    let planned = Planned {
         direction,
         line,
         delta,
-        header.version,
-        &answer,
-    )
-    .await?;
+        order_version: header.version,
+    };
+    let moved = folded_move(conn, caller, key, planned, &answer).await?;
     let Some(moved) = moved else {
         if direction == Direction::Release {
             // A release cannot want stock: the check cannot fail.
@@ -211,14 +207,17 @@ async fn move_line(
         .with("requested", qty)
         .into());
     };
-    if (moved.version, moved.updated_at, moved.qty_allocated, &moved.updated_by_name)
-        != (
-            expected.version,
-            expected.updated_at,
-            expected.qty_allocated,
-            &expected.updated_by_name,
-        )
-    {
+    if (
+        moved.version,
+        moved.updated_at,
+        moved.qty_allocated,
+        &moved.updated_by_name,
+    ) != (
+        expected.version,
+        expected.updated_at,
+        expected.qty_allocated,
+        &expected.updated_by_name,
+    ) {
         return Err(Error::Internal(anyhow::anyhow!(
             "order {order_id}: the move wrote version {} at {} ({} allocated, by {:?}), not the \
              answer's {} at {} ({} allocated, by {:?})",
@@ -493,6 +492,16 @@ const FOLDED_MOVE: &str = folded_move!(
     returning on_hand + on_order - allocated as ats_after, version, event_seq"
 );
 
+/// The move [`folded_move`] makes: which way, on which line, by how much
+/// (negative releases), against the order version that was locked.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    direction: Direction,
+    line: LineRef,
+    delta: i64,
+    order_version: i64,
+}
+
 /// Runs [`FOLDED_MOVE`]; `None` when the stock is not there (nothing was
 /// written). A matched position with no order or line row behind it is a
 /// bug, reported as an internal error (the caller rolls back).
@@ -500,12 +509,15 @@ async fn folded_move(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
-    direction: Direction,
-    line: LineRef,
-    delta: i64,
-    order_version: i64,
+    planned: Planned,
     answer: &Answer,
 ) -> Result<Option<Moved>, Error> {
+    let Planned {
+        direction,
+        line,
+        delta,
+        order_version,
+    } = planned;
     let LineRef {
         order_id,
         line_id,
