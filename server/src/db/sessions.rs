@@ -1,5 +1,7 @@
 //! Tenants, users and device tokens: sign-in, token lookup, revocation.
 
+use std::collections::HashMap;
+
 use holdfast_protocol::model::{Role, SessionTenant, SessionUser};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -140,4 +142,76 @@ pub async fn revoke(conn: &mut PgConnection, caller: &Caller) -> Result<(), sqlx
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Identities recently looked up by bearer token, for the mutation routes
+/// only (`http::mutations`): an entry saves the request its token lookup (a
+/// pool checkout and a round trip) and is never trusted on its own word —
+/// the mutation's first statement proves it (`engine::idempotency::
+/// claim_bound_in_tx`: the token is not revoked, the user is active and
+/// still has this role and name), and anything answered before that
+/// statement waits for a full lookup. So a revoked token is refused at once
+/// on every instance, cached or not, and there is no invalidation to miss.
+///
+/// Process-wide: entries carry no database, and one from another database
+/// (two servers in one test process) fails its proof like a revoked one.
+pub struct TokenCache {
+    entries: std::sync::Mutex<HashMap<Vec<u8>, (Caller, std::time::Instant)>>,
+}
+
+/// How long an entry is offered (it is proved on every use regardless; this
+/// only bounds how long a stale one costs a failed proof and a lookup).
+const CACHED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+/// Entries kept at most; past it the cache starts over.
+const MAX_CACHED: usize = 10_000;
+
+impl TokenCache {
+    /// The process's cache.
+    pub fn global() -> &'static TokenCache {
+        static CACHE: std::sync::OnceLock<TokenCache> = std::sync::OnceLock::new();
+        CACHE.get_or_init(|| TokenCache {
+            entries: std::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<u8>, (Caller, std::time::Instant)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The identity last looked up for this token, unproved.
+    pub fn get(&self, token: &str) -> Option<Caller> {
+        let digest = auth::token_digest(token);
+        let mut entries = self.lock();
+        match entries.get(&digest) {
+            Some((caller, at)) if at.elapsed() < CACHED_FOR => Some(caller.clone()),
+            Some(_) => {
+                entries.remove(&digest);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Remembers a caller just looked up (without its WAL position: that is
+    /// the request's own, and the mutation routes do not read a replica).
+    pub fn put(&self, token: &str, caller: &Caller) {
+        let mut entries = self.lock();
+        if entries.len() >= MAX_CACHED {
+            entries.clear();
+        }
+        let caller = Caller {
+            primary_wal: None,
+            ..caller.clone()
+        };
+        entries.insert(
+            auth::token_digest(token),
+            (caller, std::time::Instant::now()),
+        );
+    }
+
+    pub fn forget(&self, token: &str) {
+        self.lock().remove(&auth::token_digest(token));
+    }
 }

@@ -39,8 +39,7 @@
 //!
 //! # Which paths are bound
 //!
-//! Bound, through this module only: the mutation routes and batch push
-//! (`http/mutations.rs`, `engine/batch.rs`), the pull feed (`feed/pull.rs`),
+//! Bound, through this module: batch push (`engine/batch.rs`), the pull feed (`feed/pull.rs`),
 //! the read routes (`http/{orders,skus,customers,invoices}.rs`), sign-out,
 //! the operator routes and the admin page's tenant data (`http/admin.rs`,
 //! `http/admin_page.rs`), an inbound webhook's apply (`inbox::handle`: the
@@ -48,6 +47,16 @@
 //! secret, so the effect is the tenant's like any request's), and the
 //! transactions in which the reconcile job stages a page or books a SKU
 //! (`reconcile/`).
+//!
+//! Bound without this module, in their first statement: the REST mutation
+//! routes (`http/mutations.rs`). Their transaction's first statement is the
+//! idempotency key's claim, and the same two `set_config` calls ride in its
+//! one-time WHERE clause (`engine::idempotency::claim_bound_in_tx`), which
+//! saves the round trip this module spends; a failure there is an ordinary
+//! statement error inside an ordinary sqlx transaction, so the reason above
+//! for not binding in `BEGIN` does not apply. That one statement runs as the
+//! connecting role (its own `tenant_id = $1` is its wall); every later one
+//! runs bound.
 //!
 //! Running as the connecting role, because their work has no caller's tenant
 //! or spans every tenant: finding the caller (sign-in, bearer-token lookup,

@@ -11,7 +11,7 @@
 //! retention, so a retry arriving after its key was reaped still finds "this
 //! already happened" and answers with the current order instead of doubling.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::event::EventType;
 use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{AllocationResult, Line, Order, OrderStatus};
@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::lines::over_allocation;
-use super::orders::{load, lock_order, require_status};
+use super::orders::{load, require_status, Locked};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;
@@ -74,21 +74,23 @@ enum Direction {
     Release,
 }
 
-/// Allocate or release `qty` on one line in three statements (the engine
-/// adds the key's claim and its stored answer):
+/// Allocate or release `qty` on one line in two statements (the engine
+/// adds the key's claim, which also binds the tenant):
 ///
-/// 1. lock the order row (its whole header comes back with the lock);
-/// 2. read its lines and look for this key in the ledger (a late retry),
-///    after the lock, so no other mutation can change them until we commit;
-///    then decide every rejection (status, line, over-allocation) in memory;
-/// 3. [`FOLDED_MOVE`]: the position update — the ATS check in its WHERE
-///    clause — and every write that depends on it, in one statement;
+/// 1. `order_for_move`: lock the order row, then read its header, its lines
+///    and this key in the ledger (a late retry) after the lock, so no other
+///    mutation can change them until we commit; then decide every rejection
+///    (status, line, over-allocation) in memory;
+/// 2. [`FOLDED_MOVE`]: the position update — the ATS check in its WHERE
+///    clause — every write that depends on it, and the answer stored on the
+///    key row, in one statement.
 ///
-/// and answer with the document built from 1, 2 and 3 (no re-read). The SKU
-/// row, the hot one, is locked from statement 3 to the commit, so only
-/// storing the answer and the commit wait behind it (the sequential version
-/// held it for 12 round trips). A shortfall reads the ATS once more, outside
-/// any write.
+/// The answer is built before 2 from what 1 read (the order is locked, so
+/// its document after the move is known but for ATS after, which Postgres
+/// splices into the stored bytes; see [`Answer`]), and 2's RETURNING is
+/// checked against it. The SKU row, the hot one, is locked from statement 2
+/// to the commit, so only the commit waits behind it. A shortfall reads the
+/// ATS once more, outside any write, and the engine stores that rejection.
 async fn move_line(
     conn: &mut PgConnection,
     caller: &Caller,
@@ -99,14 +101,13 @@ async fn move_line(
     direction: Direction,
 ) -> Result<Done, Error> {
     let t = caller.tenant_id;
-    let locked = lock_order(conn, t, order_id)
+    let (locked, late_sku, mut lines) = lock_for_move(conn, caller, key, order_id, line_id)
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
-    let (late_sku, mut lines) = lines_and_ledger(conn, t, key, order_id, line_id).await?;
     if let Some(sku_id) = late_sku {
         return late_retry(conn, t, sku_id, order_id).await;
     }
-    require_status(&locked, ALLOCATABLE)?;
+    require_status(&locked.header, ALLOCATABLE)?;
     let at = lines
         .iter()
         .position(|l| l.id == line_id)
@@ -147,9 +148,46 @@ async fn move_line(
         line_id,
         sku_id,
     };
-    let moved = folded_move(conn, caller, key, direction, line, delta, locked.version).await?;
+    // The answer, known now but for ATS after (the order is locked, so its
+    // lines, version and timestamp after the move are ours to say), goes to
+    // the key row in the move itself, with ATS after spliced in by Postgres.
+    lines[at].qty_allocated = qty_allocated + delta;
+    let header = locked.header;
+    let order = Order {
+        id: order_id,
+        customer_id: header.customer_id,
+        customer_po: header.customer_po,
+        ship_window_start: header.ship_window_start,
+        ship_window_end: header.ship_window_end,
+        notes: header.notes,
+        status: header.status,
+        version: header.version + 1,
+        invoice_id: header.invoice_id,
+        total: crate::db::orders::total(&lines),
+        lines,
+        updated_at: locked.tx_time,
+        updated_by: caller.user_id,
+        updated_by_name: locked.user_name,
+        created_at: header.created_at,
+    };
+    let answer = Answer::new(&order)?;
+    let expected = Moved {
+        ats_after: 0,
+        version: order.version,
+        updated_at: order.updated_at,
+        qty_allocated: qty_allocated + delta,
+        updated_by_name: order.updated_by_name.clone(),
+    };
+    let planned = Planned {
+        direction,
+        line,
+        delta,
+        order_version: header.version,
+    };
+    let moved = folded_move(conn, caller, key, planned, &answer).await?;
     let Some(moved) = moved else {
         if direction == Direction::Release {
+            // A release cannot want stock: the check cannot fail.
             return Err(Error::Internal(anyhow::anyhow!(
                 "releasing {qty} of SKU {sku_id} was refused"
             )));
@@ -169,76 +207,160 @@ async fn move_line(
         .with("requested", qty)
         .into());
     };
-    lines[at].qty_allocated = moved.qty_allocated;
-    let order = Order {
-        id: order_id,
-        customer_id: locked.customer_id,
-        customer_po: locked.customer_po,
-        ship_window_start: locked.ship_window_start,
-        ship_window_end: locked.ship_window_end,
-        notes: locked.notes,
-        status: locked.status,
-        version: moved.version,
-        invoice_id: locked.invoice_id,
-        total: crate::db::orders::total(&lines),
-        lines,
-        updated_at: moved.updated_at,
-        updated_by: caller.user_id,
-        updated_by_name: moved.updated_by_name,
-        created_at: locked.created_at,
-    };
-    Done::ok(AllocationResult {
-        order,
-        ats_after: moved.ats_after,
-    })
+    if (
+        moved.version,
+        moved.updated_at,
+        moved.qty_allocated,
+        &moved.updated_by_name,
+    ) != (
+        expected.version,
+        expected.updated_at,
+        expected.qty_allocated,
+        &expected.updated_by_name,
+    ) {
+        return Err(Error::Internal(anyhow::anyhow!(
+            "order {order_id}: the move wrote version {} at {} ({} allocated, by {:?}), not the \
+             answer's {} at {} ({} allocated, by {:?})",
+            moved.version,
+            moved.updated_at,
+            moved.qty_allocated,
+            moved.updated_by_name,
+            expected.version,
+            expected.updated_at,
+            expected.qty_allocated,
+            expected.updated_by_name
+        )));
+    }
+    Ok(Done::stored(answer.with_ats(moved.ats_after)))
 }
 
-/// The order's lines in document order, and the SKU of this key's ledger row
-/// for this line if there is one (the request already happened). One row
-/// even when the order has no lines.
-async fn lines_and_ledger(
+/// An [`AllocationResult`]'s body serialized with a stand-in for ATS after,
+/// cut around it: what goes before and after the number, so Postgres can
+/// store the answer with the number it computes in the same statement, and
+/// the request answers with the same bytes.
+struct Answer {
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+/// Stands in for ATS after while serializing. `"ats_after":` with a bare
+/// quote before the colon cannot occur inside a JSON string (a quote there
+/// is escaped), so the pair is found only where the member is.
+const ATS_STAND_IN: i64 = i64::MIN + 1;
+
+impl Answer {
+    fn new(order: &Order) -> Result<Answer, Error> {
+        let done = Done::ok(AllocationResult {
+            order: order.clone(),
+            ats_after: ATS_STAND_IN,
+        })?;
+        let bytes = serde_json::to_vec(&done.body).map_err(|e| Error::Internal(e.into()))?;
+        let member = format!("\"ats_after\":{ATS_STAND_IN}");
+        let at = bytes
+            .windows(member.len())
+            .position(|w| w == member.as_bytes())
+            .ok_or_else(|| anyhow::anyhow!("ats_after is not in the serialized answer"))?;
+        let number = at + member.len() - ATS_STAND_IN.to_string().len();
+        Ok(Answer {
+            before: bytes[..number].to_vec(),
+            after: bytes[at + member.len()..].to_vec(),
+        })
+    }
+
+    /// The answer's bytes with `ats` in place, as Postgres stores them
+    /// (`bigint::text` writes an integer as serde_json does).
+    fn with_ats(&self, ats: i64) -> Vec<u8> {
+        let mut body = self.before.clone();
+        body.extend_from_slice(ats.to_string().as_bytes());
+        body.extend_from_slice(&self.after);
+        body
+    }
+}
+
+/// The order as [`lock_for_move`] locked it, with what the answer needs.
+struct LockedForMove {
+    header: Locked,
+    tx_time: DateTime<Utc>,
+    user_name: String,
+}
+
+/// Locks the order and reads, after the lock, its lines in document order
+/// and the SKU of this key's ledger row for this line if there is one (the
+/// request already happened): one round trip, `order_for_move` (migration
+/// 20261208100100). `None` when the order is not in the tenant.
+async fn lock_for_move(
     conn: &mut PgConnection,
-    tenant_id: Uuid,
+    caller: &Caller,
     key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
-) -> Result<(Option<Uuid>, Vec<Line>), Error> {
-    type Row = (
-        Option<Uuid>,
-        Option<Uuid>,
-        Option<Uuid>,
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "select x.late_sku, l.id, l.sku_id, l.qty_ordered, l.qty_allocated, l.unit_price
-           from (select (select sku_id from allocation_ledger
-                          where tenant_id = $1 and idempotency_key = $3 and line_id = $4
-                            and order_id = $2) as late_sku) x
-           left join order_lines l on l.tenant_id = $1 and l.order_id = $2
-          order by l.ordinal",
-    )
-    .bind(tenant_id)
-    .bind(order_id)
-    .bind(key.as_str())
-    .bind(line_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let late_sku = rows.first().and_then(|r| r.0);
+) -> Result<Option<(LockedForMove, Option<Uuid>, Vec<Line>)>, Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        version: i64,
+        status: String,
+        customer_id: Uuid,
+        customer_po: Option<String>,
+        ship_window_start: Option<NaiveDate>,
+        ship_window_end: Option<NaiveDate>,
+        notes: Option<String>,
+        invoice_id: Option<Uuid>,
+        created_at: DateTime<Utc>,
+        late_sku: Option<Uuid>,
+        tx_time: DateTime<Utc>,
+        user_name: Option<String>,
+        line_id: Option<Uuid>,
+        sku_id: Option<Uuid>,
+        qty_ordered: Option<i64>,
+        qty_allocated: Option<i64>,
+        unit_price: Option<i64>,
+    }
+    let rows: Vec<Row> = sqlx::query_as("select * from order_for_move($1, $2, $3, $4, $5)")
+        .bind(caller.tenant_id)
+        .bind(order_id)
+        .bind(key.as_str())
+        .bind(line_id)
+        .bind(caller.user_id)
+        .fetch_all(&mut *conn)
+        .await?;
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let status = OrderStatus::parse(&first.status)
+        .ok_or_else(|| anyhow::anyhow!("order {order_id} has status {:?}", first.status))?;
+    let user_name = first
+        .user_name
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("user {} is not in the tenant", caller.user_id))?;
+    let locked = LockedForMove {
+        header: Locked {
+            version: first.version,
+            status,
+            customer_id: first.customer_id,
+            customer_po: first.customer_po.clone(),
+            ship_window_start: first.ship_window_start,
+            ship_window_end: first.ship_window_end,
+            notes: first.notes.clone(),
+            invoice_id: first.invoice_id,
+            created_at: first.created_at,
+        },
+        tx_time: first.tx_time,
+        user_name,
+    };
+    let late_sku = first.late_sku;
     let lines = rows
         .into_iter()
-        .filter_map(|(_, id, sku_id, qty_ordered, qty_allocated, unit_price)| {
+        .filter_map(|r| {
             Some(Line {
-                id: id?,
-                sku_id: sku_id?,
-                qty_ordered: qty_ordered?,
-                qty_allocated: qty_allocated?,
-                unit_price: unit_price?,
+                id: r.line_id?,
+                sku_id: r.sku_id?,
+                qty_ordered: r.qty_ordered?,
+                qty_allocated: r.qty_allocated?,
+                unit_price: r.unit_price?,
             })
         })
         .collect();
-    Ok((late_sku, lines))
+    Ok(Some((locked, late_sku, lines)))
 }
 
 /// A retry whose key was already reaped: the ledger still knows it happened.
@@ -288,7 +410,9 @@ struct Moved {
 /// Parameters: $1 tenant, $2 SKU, $3 delta (+allocate, −release), $4 order,
 /// $5 line, $6 key, $7 user, $8 the locked order version, $9 the event
 /// timestamp, $10 the ledger reason, $11 the order event's type, $12 the
-/// quantity the event reports (positive); the broken build adds $13.
+/// quantity the event reports (positive), $13 and $14 the answer's bytes
+/// before and after ATS after (stored on the key row, status 200); the
+/// broken build adds $15.
 macro_rules! folded_move {
     ($position_update:literal) => {
         concat!(
@@ -333,6 +457,12 @@ macro_rules! folded_move {
            jsonb_build_object('line_id', $5, 'sku_id', $2, 'qty', $12, 'ats_after', pos.ats_after),
            $6, array(select id from events order by id)
       from pos, ord
+), answer as (
+    update idempotency_keys
+       set status_code = 200,
+           response_body = $13::bytea || convert_to(pos.ats_after::text, 'UTF8') || $14::bytea
+      from pos
+     where idempotency_keys.tenant_id = $1 and idempotency_keys.key = $6
 )
 select pos.ats_after, ord.version, ord.updated_at, line.qty_allocated,
        (select display_name from users where tenant_id = $1 and id = $7)
@@ -352,15 +482,25 @@ const FOLDED_MOVE: &str = folded_move!(
 
 /// DELIBERATELY BROKEN (the `broken-allocation` feature, see
 /// [`move_position_in_tx`]'s broken twin): a blind write of a value computed
-/// from an earlier plain read, $13, with no ATS check in the WHERE clause.
+/// from an earlier plain read, $15, with no ATS check in the WHERE clause.
 #[cfg(feature = "broken-allocation")]
 const FOLDED_MOVE: &str = folded_move!(
     "
     update sku_positions
-       set allocated = $13, version = version + 1, event_seq = event_seq + 1, updated_at = now()
+       set allocated = $15, version = version + 1, event_seq = event_seq + 1, updated_at = now()
      where tenant_id = $1 and sku_id = $2
     returning on_hand + on_order - allocated as ats_after, version, event_seq"
 );
+
+/// The move [`folded_move`] makes: which way, on which line, by how much
+/// (negative releases), against the order version that was locked.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    direction: Direction,
+    line: LineRef,
+    delta: i64,
+    order_version: i64,
+}
 
 /// Runs [`FOLDED_MOVE`]; `None` when the stock is not there (nothing was
 /// written). A matched position with no order or line row behind it is a
@@ -369,11 +509,15 @@ async fn folded_move(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
-    direction: Direction,
-    line: LineRef,
-    delta: i64,
-    order_version: i64,
+    planned: Planned,
+    answer: &Answer,
 ) -> Result<Option<Moved>, Error> {
+    let Planned {
+        direction,
+        line,
+        delta,
+        order_version,
+    } = planned;
     let LineRef {
         order_id,
         line_id,
@@ -403,7 +547,9 @@ async fn folded_move(
         .bind(timestamp)
         .bind(reason)
         .bind(event_type.as_str())
-        .bind(delta.abs());
+        .bind(delta.abs())
+        .bind(&answer.before)
+        .bind(&answer.after);
     #[cfg(feature = "broken-allocation")]
     let query = {
         let read: Option<(i64, i64)> = sqlx::query_as(

@@ -76,6 +76,119 @@ pub async fn claim_in_tx(
     Ok(resolve(fingerprint, &stored_fingerprint, status, body))
 }
 
+/// Whose request a [`claim_bound_in_tx`] claims for, and whether the
+/// caller still has to be proved (an identity from the token cache).
+pub struct ClaimFor<'a> {
+    pub caller: &'a crate::auth::Caller,
+    /// Prove, in the claim itself, that the token is still live and still
+    /// names this tenant, user, role and name (`db::sessions::TokenCache`).
+    pub verify: bool,
+}
+
+/// What [`claim_bound_in_tx`] found: the claim, or a caller that is not
+/// (or no longer) who the cached identity said.
+pub enum BoundClaim {
+    Claim(Claim),
+    CallerChanged,
+}
+
+/// [`claim_in_tx`] as the first statement of an unbound transaction: it
+/// also binds the transaction to the caller's tenant (`db::tenancy`: the
+/// request role and `app.tenant_id`, until the transaction ends) and, when
+/// asked, proves the caller in the same statement — two round trips fewer
+/// than `BEGIN`, the binding, a token lookup and the claim.
+///
+/// The binding's `set_config` calls sit in the same one-time WHERE clause as
+/// the lock bound, so they run before the INSERT yields its row; this one
+/// statement was planned and permission-checked as the connecting role (its
+/// own `tenant_id = $1` is its wall), every later one runs bound. The proof
+/// (`exists`, one index probe on each of `device_tokens` and `users`) is in
+/// the same WHERE clause: an unproved caller inserts nothing, and the read
+/// that follows a missing row proves it again before answering anything.
+pub async fn claim_bound_in_tx(
+    conn: &mut PgConnection,
+    who: ClaimFor<'_>,
+    key: &IdempotencyKey,
+    fingerprint: &str,
+    lock_timeout: &str,
+) -> Result<BoundClaim, sqlx::Error> {
+    let c = who.caller;
+    let inserted = sqlx::query_scalar::<_, String>(
+        "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
+         select $1, $2, $3, 0, ''::bytea
+          where set_config('lock_timeout', $4, true) is not null
+            and set_config('role', $6, true) is not null
+            and set_config('app.tenant_id', $1::text, true) is not null
+            and (not $7 or exists (
+                 select 1 from device_tokens d
+                   join users u on u.tenant_id = d.tenant_id and u.id = d.user_id
+                  where d.tenant_id = $1 and d.id = $8 and d.user_id = $9 and d.revoked_at is null
+                    and u.active and u.role = $10 and u.display_name = $11))
+         on conflict (tenant_id, key) do nothing
+         returning set_config('lock_timeout', $5, true)",
+    )
+    .bind(c.tenant_id)
+    .bind(key.as_str())
+    .bind(fingerprint)
+    .bind(lock_timeout)
+    .bind(super::ROW_LOCK_TIMEOUT)
+    .bind(crate::db::tenancy::TENANT_ROLE)
+    .bind(who.verify)
+    .bind(c.token_id)
+    .bind(c.user_id)
+    .bind(c.role.as_str())
+    .bind(&c.display_name)
+    .fetch_optional(&mut *conn)
+    .await;
+    let inserted = match inserted {
+        Ok(row) => row.is_some(),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            return Ok(BoundClaim::Claim(Claim::InFlight));
+        }
+        Err(e) => return Err(e),
+    };
+    if inserted {
+        return Ok(BoundClaim::Claim(Claim::Claimed));
+    }
+    // No row: the key is answered, or the caller was not proved. The read
+    // keeps its own tenant filter (if the proof failed, the binding may not
+    // have been made), and the caller is proved first: an unproved one
+    // learns nothing about the key (the transaction is then rolled back).
+    type Row = (bool, Option<String>, Option<i16>, Option<Vec<u8>>, String);
+    let (proved, stored_fingerprint, status, body, _): Row = sqlx::query_as(
+        "select (not $4 or exists (
+                 select 1 from device_tokens d
+                   join users u on u.tenant_id = d.tenant_id and u.id = d.user_id
+                  where d.tenant_id = $1 and d.id = $5 and d.user_id = $6 and d.revoked_at is null
+                    and u.active and u.role = $7 and u.display_name = $8)),
+                k.fingerprint, k.status_code, k.response_body, set_config('lock_timeout', $3, true)
+           from (select 1) one
+           left join idempotency_keys k on k.tenant_id = $1 and k.key = $2",
+    )
+    .bind(c.tenant_id)
+    .bind(key.as_str())
+    .bind(super::ROW_LOCK_TIMEOUT)
+    .bind(who.verify)
+    .bind(c.token_id)
+    .bind(c.user_id)
+    .bind(c.role.as_str())
+    .bind(&c.display_name)
+    .fetch_one(&mut *conn)
+    .await?;
+    match (proved, stored_fingerprint, status, body) {
+        (true, Some(stored), Some(status), Some(body)) => Ok(BoundClaim::Claim(resolve(
+            fingerprint,
+            &stored,
+            status,
+            body,
+        ))),
+        // Not proved; or proved only now, after the insert found no proof
+        // (the user's role or name changed back in between): either way the
+        // identity is not what the insert judged, so the caller looks it up.
+        _ => Ok(BoundClaim::CallerChanged),
+    }
+}
+
 /// What a committed key row means for a request with `fingerprint`.
 pub(crate) fn resolve(
     fingerprint: &str,

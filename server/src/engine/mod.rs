@@ -86,6 +86,10 @@ pub struct Done {
     pub status: u16,
     pub body: Value,
     pub replayed: bool,
+    /// The body as serialized, already stored on the key row (status 200)
+    /// by the handler's own write (allocation's folded move); `body` is
+    /// then unused.
+    pub stored: Option<Vec<u8>>,
 }
 
 impl Done {
@@ -94,7 +98,18 @@ impl Done {
             status: 200,
             body: serde_json::to_value(body).map_err(|e| Error::Internal(e.into()))?,
             replayed: false,
+            stored: None,
         })
+    }
+
+    /// A 200 whose bytes the handler stored on the key row itself.
+    pub(crate) fn stored(bytes: Vec<u8>) -> Self {
+        Done {
+            status: 200,
+            body: Value::Null,
+            replayed: false,
+            stored: Some(bytes),
+        }
     }
 
     pub(crate) fn created(body: impl serde::Serialize) -> Result<Self, Error> {
@@ -166,6 +181,53 @@ pub async fn execute_in_tx(
     run_claimed(conn, caller, &req.key, req.mutation.clone()).await
 }
 
+/// What [`execute_unbound_in_tx`] ended with.
+#[derive(Debug)]
+pub enum Executed {
+    Step(Step),
+    /// The caller, taken from the token cache, was not proved: nothing was
+    /// answered; roll back, look the token up and run again (or answer 401).
+    Unproved,
+}
+
+/// [`execute_in_tx`] in a transaction that is not yet bound to a tenant: the
+/// claim binds it (`idempotency::claim_bound_in_tx`). With `verify`, the
+/// caller came from the token cache and is proved in the claim; any answer
+/// decided before it (a role refused) is not given until the caller is
+/// proved: `Executed::Unproved` instead.
+pub async fn execute_unbound_in_tx(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    verify: bool,
+    req: &Request,
+) -> Result<Executed, anyhow::Error> {
+    if let Err(outcome) = check(caller, req) {
+        if verify {
+            return Ok(Executed::Unproved);
+        }
+        return Ok(Executed::Step(Step::Discard(outcome)));
+    }
+    let who = idempotency::ClaimFor { caller, verify };
+    let claim = match idempotency::claim_bound_in_tx(
+        conn,
+        who,
+        &req.key,
+        &req.fingerprint,
+        KEY_LOCK_TIMEOUT,
+    )
+    .await?
+    {
+        idempotency::BoundClaim::Claim(claim) => claim,
+        idempotency::BoundClaim::CallerChanged => return Ok(Executed::Unproved),
+    };
+    if let Some(step) = settle(claim) {
+        return Ok(Executed::Step(step));
+    }
+    run_claimed(conn, caller, &req.key, req.mutation.clone())
+        .await
+        .map(Executed::Step)
+}
+
 /// The answer for a key this request did not claim; `None` when it did.
 pub(crate) fn settle(claim: idempotency::Claim) -> Option<Step> {
     match claim {
@@ -206,35 +268,58 @@ pub(crate) async fn run_claimed(
     key: &IdempotencyKey,
     mutation: Mutation,
 ) -> Result<Step, anyhow::Error> {
-    let step = run_handler(conn, caller, key, mutation).await?;
+    let (step, stored) = run_to_step(conn, caller, key, mutation).await?;
     if let Step::Keep(outcome) = &step {
-        idempotency::store_in_tx(conn, caller.tenant_id, key, outcome).await?;
+        if !stored {
+            idempotency::store_in_tx(conn, caller.tenant_id, key, outcome).await?;
+        }
     }
     Ok(step)
 }
 
 /// [`run_claimed`] without storing: `Step::Keep` carries an outcome the
 /// caller must store on the key row before it commits (a batch stores a
-/// chunk's answers in one statement).
+/// chunk's answers in one statement; an answer the handler stored already
+/// is stored again, the same bytes).
 pub(crate) async fn run_handler(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
     mutation: Mutation,
 ) -> Result<Step, anyhow::Error> {
+    Ok(run_to_step(conn, caller, key, mutation).await?.0)
+}
+
+/// The handler's answer, and whether it is stored on the key row already.
+async fn run_to_step(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &IdempotencyKey,
+    mutation: Mutation,
+) -> Result<(Step, bool), anyhow::Error> {
     match run(conn, caller, key, mutation).await {
-        Ok(done) => Ok(Step::Keep(Outcome {
-            status: done.status,
-            body: serde_json::to_vec(&done.body)?,
-            replayed: done.replayed,
-        })),
+        Ok(done) => {
+            let stored = done.stored.is_some();
+            let body = match done.stored {
+                Some(bytes) => bytes,
+                None => serde_json::to_vec(&done.body)?,
+            };
+            Ok((
+                Step::Keep(Outcome {
+                    status: done.status,
+                    body,
+                    replayed: done.replayed,
+                }),
+                stored,
+            ))
+        }
         Err(Error::Problem(p)) => {
             count_rejection(p.code);
             let outcome = Outcome::problem(&p);
             if p.code.is_stored_outcome() {
-                Ok(Step::Keep(outcome))
+                Ok((Step::Keep(outcome), false))
             } else {
-                Ok(Step::Discard(outcome))
+                Ok((Step::Discard(outcome), false))
             }
         }
         Err(Error::Internal(e)) => Err(e),

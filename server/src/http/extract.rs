@@ -244,6 +244,67 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// The caller of a mutation route: from the token cache when the token was
+/// looked up lately (`proved` false: the mutation's claim proves it, see
+/// `db::sessions::TokenCache`), else looked up now. A missing or malformed
+/// bearer token is refused here, as [`Caller`] refuses it.
+pub(crate) struct MutationCaller {
+    pub(crate) caller: Caller,
+    pub(crate) proved: bool,
+    token: String,
+}
+
+impl MutationCaller {
+    /// The caller looked up now: 401 when the token is not (or no longer)
+    /// live.
+    pub(crate) async fn prove(self, state: &AppState) -> Result<MutationCaller, Error> {
+        if self.proved {
+            return Ok(self);
+        }
+        MutationCaller::look_up(state, self.token).await
+    }
+
+    /// Looks the token up (refreshing the cache) or refuses it with 401.
+    async fn look_up(state: &AppState, token: String) -> Result<MutationCaller, Error> {
+        let cache = crate::db::sessions::TokenCache::global();
+        cache.forget(&token);
+        let caller = crate::db::sessions::caller_for_token(&state.db, &token)
+            .await?
+            .ok_or_else(Error::unauthorized)?;
+        cache.put(&token, &caller);
+        Ok(MutationCaller {
+            caller,
+            proved: true,
+            token,
+        })
+    }
+}
+
+impl FromRequestParts<AppState> for MutationCaller {
+    type Rejection = Error;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token)
+            .ok_or_else(Error::unauthorized)?
+            .to_owned();
+        match crate::db::sessions::TokenCache::global().get(&token) {
+            Some(caller) => Ok(MutationCaller {
+                caller,
+                proved: false,
+                token,
+            }),
+            None => MutationCaller::look_up(state, token).await,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,10 +24,11 @@ use uuid::Uuid;
 
 use super::extract::{
     parse_json, parse_json_keeping_nul, read_body, require_json_content_type, ApiBytes,
+    MutationCaller,
 };
 use super::{ApiPath, ApiResult};
 use crate::auth::Caller;
-use crate::engine::{self, batch, Outcome, Request, Step};
+use crate::engine::{self, batch, Executed, Outcome, Request, Step};
 use crate::error::Error;
 use crate::AppState;
 
@@ -156,20 +157,51 @@ impl<S: Send + Sync> FromRequest<S> for SentFile {
     }
 }
 
-/// One REST mutation in one transaction through the engine.
-async fn execute(state: AppState, caller: Caller, req: Request) -> ApiResult<Response> {
-    let mut tx = crate::db::begin_for_tenant(&state.db, caller.tenant_id).await?;
-    let outcome = match engine::execute_in_tx(&mut tx, &caller, &req).await? {
-        Step::Keep(outcome) => {
-            tx.commit().await?;
-            outcome
-        }
-        Step::Discard(outcome) => {
-            tx.rollback().await?;
-            outcome
+/// One REST mutation in one transaction through the engine: the claim, its
+/// first statement, binds the transaction to the tenant and proves a caller
+/// taken from the token cache (`engine::execute_unbound_in_tx`). A request
+/// refused before that (its path, body or key) is refused only once the
+/// caller is proved, so a dead token is a 401 whatever else is wrong.
+async fn execute(
+    state: AppState,
+    caller: MutationCaller,
+    req: Result<Request, Error>,
+) -> ApiResult<Response> {
+    let req = match req {
+        Ok(req) => req,
+        Err(refused) => {
+            caller.prove(&state).await?;
+            return Err(refused);
         }
     };
-    Ok(respond(&outcome))
+    let mut caller = caller;
+    loop {
+        let mut tx = state.db.begin().await?;
+        let executed =
+            engine::execute_unbound_in_tx(&mut tx, &caller.caller, !caller.proved, &req).await?;
+        let outcome = match executed {
+            Executed::Step(Step::Keep(outcome)) => {
+                tx.commit().await?;
+                outcome
+            }
+            Executed::Step(Step::Discard(outcome)) => {
+                tx.rollback().await?;
+                outcome
+            }
+            Executed::Unproved if !caller.proved => {
+                tx.rollback().await?;
+                caller = caller.prove(&state).await?;
+                continue;
+            }
+            Executed::Unproved => {
+                return Err(Error::Internal(anyhow::anyhow!(
+                    "idempotency key {} claimed by no one and answered by no one",
+                    req.key
+                )));
+            }
+        };
+        return Ok(respond(&outcome));
+    }
 }
 
 pub(crate) fn respond(outcome: &Outcome) -> Response {
@@ -223,11 +255,13 @@ macro_rules! mutation_route {
         mutation_route!(@doc $method, $path, $body_ty, $status, $resp, [$($param),*],
             pub(crate) async fn $name(
                 State(state): State<AppState>,
-                caller: Caller,
-                ApiPath($ids): ApiPath<$ids_ty>,
-                sent: Sent<$body_ty>,
+                caller: MutationCaller,
+                ids: Result<ApiPath<$ids_ty>, Error>,
+                sent: Result<Sent<$body_ty>, Error>,
             ) -> ApiResult<Response> {
-                let req = sent.into_request(|$body: $body_ty| $build);
+                let req = ids.and_then(|ApiPath($ids)| {
+                    Ok(sent?.into_request(|$body: $body_ty| $build))
+                });
                 execute(state, caller, req).await
             });
     };
@@ -236,17 +270,17 @@ macro_rules! mutation_route {
 mutation_route!(@doc post, "/v1/orders", CreateOrder, 201, Order, [],
 pub(crate) async fn create_order(
     State(state): State<AppState>,
-    caller: Caller,
-    sent: Sent<CreateOrder>,
+    caller: MutationCaller,
+    sent: Result<Sent<CreateOrder>, Error>,
 ) -> ApiResult<Response> {
-    let req = sent.into_request(|b| Mutation::CreateOrder {
+    let req = sent.map(|sent| sent.into_request(|b| Mutation::CreateOrder {
         order_id: b.id,
         customer_id: b.customer_id,
         customer_po: b.customer_po,
         ship_window_start: b.ship_window_start,
         ship_window_end: b.ship_window_end,
         notes: b.notes,
-    });
+    }));
     execute(state, caller, req).await
 });
 mutation_route!(patch_order, patch, "/v1/orders/{id}", PatchOrder, 200, Order,

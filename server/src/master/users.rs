@@ -450,6 +450,7 @@ pub async fn change_password_in_tx(
         status: 204,
         body: Value::Null,
         replayed: false,
+        stored: None,
     })
 }
 
