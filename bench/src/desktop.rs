@@ -13,10 +13,12 @@
 //! * **9g/9h — memory.** The app is several processes (the UI process,
 //!   WebKit's web and network processes), sharing libraries, so the figure
 //!   is the sum of their PSS (`/proc/<pid>/smaps_rollup`), read 2 s after
-//!   `ready`. 9g: on the sign-in screen vs the same tree when `page` arrived
-//!   (the webview up, no UI mounted). 9h: signed in on a copy of the desk's
-//!   store (10,000+ orders, 50,000 SKUs), the desk listing every order, vs
-//!   9g.
+//!   `ready`. The baseline of both is the bare webview: the same build
+//!   launched on an empty page (`HOLDFAST_DESKTOP_BARE_PAGE`: no UI, no
+//!   store, no engine), read 2 s after that page loaded. 9g: on the sign-in
+//!   screen; 9h: signed in on a copy of the desk's store (10,000+ orders,
+//!   50,000 SKUs), the desk listing every order. What is above the baseline
+//!   is the app's own cost.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -105,8 +107,23 @@ impl Launch {
     /// Starts the app on `data_dir` (token file inside it) and waits for
     /// `ready`.
     pub fn start(app: &Path, display: &Display, data_dir: &Path) -> anyhow::Result<Launch> {
+        Launch::spawn(app, display, data_dir, false)
+    }
+
+    /// Starts the same app on an empty page (`HOLDFAST_DESKTOP_BARE_PAGE`:
+    /// no UI, no store, no engine) and waits for that page to load: the bare
+    /// webview, the floor any app on this WebKitGTK starts from.
+    pub fn start_bare(app: &Path, display: &Display, data_dir: &Path) -> anyhow::Result<Launch> {
+        Launch::spawn(app, display, data_dir, true)
+    }
+
+    fn spawn(app: &Path, display: &Display, data_dir: &Path, bare: bool) -> anyhow::Result<Launch> {
         let started = Instant::now();
-        let mut child = Command::new(app)
+        let mut command = Command::new(app);
+        if bare {
+            command.env("HOLDFAST_DESKTOP_BARE_PAGE", "1");
+        }
+        let mut child = command
             .env("DISPLAY", &display.name)
             .env("HOLDFAST_DESKTOP_STARTUP_MARKS", "1")
             .env("HOLDFAST_DESKTOP_DATA_DIR", data_dir)
@@ -141,7 +158,11 @@ impl Launch {
                     page = Some(at - started);
                     pss_at_page = tree_pss(pid);
                 }
-                Some(m) if m.starts_with("ready ") => break at - started,
+                Some(m) if !bare && m.starts_with("ready ") => break at - started,
+                Some(m) if bare && m.starts_with("bare ") => {
+                    page = Some(at - started);
+                    break at - started;
+                }
                 _ => {}
             }
         };

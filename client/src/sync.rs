@@ -243,11 +243,14 @@ impl Engine {
     /// has an earlier row not being sent now (held, in quarantine, or
     /// waiting to retry). A row this build cannot read is put in quarantine
     /// here, and the batch picked again: it holds its order from then on.
-    fn next_batch(&self, now: i64) -> Result<Vec<Row>> {
+    ///
+    /// `busy`: orders of a batch in flight beside this one, skipped whole
+    /// (their later rows wait for its answer like any other held order).
+    fn next_batch(&self, now: i64, busy: &HashSet<Uuid>) -> Result<Vec<Row>> {
         let config = self.config();
         let max_items = config.batch_size.clamp(1, 500);
         loop {
-            let mut blocked: HashSet<Uuid> = HashSet::new();
+            let mut blocked: HashSet<Uuid> = busy.clone();
             let (mut items, mut bytes) = (0usize, 0usize);
             let found = self.inner.store.read(|tx| {
                 pending::scan(tx, |head| {
@@ -290,63 +293,101 @@ impl Engine {
                 return Ok(());
             }
             let now = now_ms();
-            let batch = self.next_batch(now)?;
-            if batch.is_empty() {
+            // Up to `push_in_flight` batches at once, on disjoint orders: the
+            // server applies them side by side, and no order has rows in two
+            // of them, so each order's acts still go in the user's order.
+            let mut batches: Vec<Vec<Row>> = Vec::new();
+            let mut busy: HashSet<Uuid> = HashSet::new();
+            for _ in 0..self.config().push_in_flight.max(1) {
+                let batch = self.next_batch(now, &busy)?;
+                if batch.is_empty() {
+                    break;
+                }
+                busy.extend(batch.iter().map(|r| r.order_id));
+                batches.push(batch);
+            }
+            if batches.is_empty() {
                 return Ok(());
             }
-            let items: Vec<PushItem> = batch
-                .iter()
-                .map(|r| PushItem {
-                    idempotency_key: r.key.clone(),
-                    method: r.request.method.clone(),
-                    path: r.request.path.clone(),
-                    body: r.request.body.clone(),
-                })
-                .collect();
-            report.pushes += 1;
             let started = std::time::Instant::now();
-            let resp = match api.push(items, state.history.as_deref()).await {
-                Ok(resp) => resp,
-                Err(e) if e.is_server_restored() => {
-                    // Nothing ran. The pull that follows catches up.
-                    self.server_restored()?;
-                    return Ok(());
-                }
-                Err(e) => {
-                    if !e.is_unauthorized() {
-                        let msg = e.to_string();
-                        self.inner.store.write(|tx| {
-                            for row in &batch {
-                                // Attempt counted; the store-wide backoff decides when.
-                                pending::retry_later(tx, row.seq, &msg, row.next_attempt_at)?;
-                            }
-                            Ok(())
-                        })?;
-                    }
-                    return Err(e.into());
-                }
-            };
-            if resp.results.len() != batch.len()
-                || resp
-                    .results
+            let mut sending = tokio::task::JoinSet::new();
+            for (i, batch) in batches.iter().enumerate() {
+                let items: Vec<PushItem> = batch
                     .iter()
-                    .zip(&batch)
-                    .any(|(res, row)| res.idempotency_key != row.key)
-            {
-                return Err(ApiError::Decode(
-                    "push answered a different set of mutations than was sent".into(),
-                )
-                .into());
+                    .map(|r| PushItem {
+                        idempotency_key: r.key.clone(),
+                        method: r.request.method.clone(),
+                        path: r.request.path.clone(),
+                        body: r.request.body.clone(),
+                    })
+                    .collect();
+                let (api, history) = (api.clone(), state.history.clone());
+                sending.spawn(async move { (i, api.push(items, history.as_deref()).await) });
+            }
+            let mut answers: Vec<Option<std::result::Result<PushResponse, ApiError>>> =
+                batches.iter().map(|_| None).collect();
+            while let Some(joined) = sending.join_next().await {
+                let (i, answer) = joined
+                    .map_err(|e| Error::Store(StoreError::Invalid(format!("push task: {e}"))))?;
+                answers[i] = Some(answer);
             }
             let pushed = started.elapsed();
-            let settled = self.record_results(&batch, &resp, report)?;
-            tracing::info!(
-                items = batch.len(),
-                settled,
-                push_ms = pushed.as_secs_f64() * 1e3,
-                record_ms = (started.elapsed() - pushed).as_secs_f64() * 1e3,
-                "pushed a batch"
-            );
+            report.pushes += batches.len();
+            // Every answer that arrived is recorded before any failure is
+            // acted on: what the server applied is never sent again.
+            let (mut settled, mut restored, mut failed) = (0, false, None);
+            for (batch, answer) in batches.iter().zip(answers) {
+                let Some(answer) = answer else { continue };
+                match answer {
+                    Ok(resp) => {
+                        if resp.results.len() != batch.len()
+                            || resp
+                                .results
+                                .iter()
+                                .zip(batch)
+                                .any(|(res, row)| res.idempotency_key != row.key)
+                        {
+                            failed.get_or_insert(Error::Api(ApiError::Decode(
+                                "push answered a different set of mutations than was sent".into(),
+                            )));
+                            continue;
+                        }
+                        let recorded = std::time::Instant::now();
+                        let now_settled = self.record_results(batch, &resp, report)?;
+                        settled += now_settled;
+                        tracing::info!(
+                            items = batch.len(),
+                            settled = now_settled,
+                            in_flight = batches.len(),
+                            push_ms = pushed.as_secs_f64() * 1e3,
+                            record_ms = recorded.elapsed().as_secs_f64() * 1e3,
+                            "pushed a batch"
+                        );
+                    }
+                    // Nothing ran. The pull that follows catches up.
+                    Err(e) if e.is_server_restored() => restored = true,
+                    Err(e) => {
+                        if !e.is_unauthorized() {
+                            let msg = e.to_string();
+                            self.inner.store.write(|tx| {
+                                for row in batch {
+                                    // Attempt counted; the store-wide backoff decides when.
+                                    pending::retry_later(tx, row.seq, &msg, row.next_attempt_at)?;
+                                }
+                                Ok(())
+                            })?;
+                        }
+                        failed.get_or_insert(Error::Api(e));
+                    }
+                }
+            }
+            if restored {
+                self.server_restored()?;
+                return Ok(());
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
             if settled == 0 {
                 // Nothing moved (every item must wait): don't spin.
                 return Ok(());
@@ -404,35 +445,71 @@ impl Engine {
     /// restored from a backup and queued again the journaled acts it lacks
     /// (the caller pushes them).
     async fn pull_locked(&self, api: &Api, report: &mut SyncReport) -> Result<bool> {
+        let limit = self.config().pull_limit;
+        // A store that mirrors nothing yet (a first pull, or one after a
+        // restore cleared the mirrors) is written in bulk: see `Bulk`.
+        let mut bulk = self.inner.store.read(Bulk::begin)?;
+        // The next page, fetched (by the stored page's cursor, exactly the
+        // request the next turn would make) while this one is stored.
+        let mut prefetched: Option<std::result::Result<PullPage, ApiError>> = None;
         loop {
-            let cursor = self.inner.store.read(sync_state::get)?.cursor;
             let started = std::time::Instant::now();
-            let page: PullPage = match api.pull(cursor.as_deref(), self.config().pull_limit).await {
+            // Whether the request named a cursor (a prefetch always does).
+            let (fetched_page, with_cursor) = match prefetched.take() {
+                Some(page) => (page, true),
+                None => {
+                    let cursor = self.inner.store.read(sync_state::get)?.cursor;
+                    (api.pull(cursor.as_deref(), limit).await, cursor.is_some())
+                }
+            };
+            let page: PullPage = match fetched_page {
                 Ok(page) => page,
                 // Only a cursor can be of another history: without one the
                 // answer is not ours to act on (and would loop).
-                Err(e) if e.is_server_restored() && cursor.is_some() => {
+                Err(e) if e.is_server_restored() && with_cursor => {
                     self.server_restored()?;
+                    bulk = self.inner.store.read(Bulk::begin)?;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
             let fetched = started.elapsed();
             let now = now_ms();
-            self.inner.store.write(|tx| {
-                for change in &page.changes {
-                    apply_change(tx, change)?;
+            let has_more = page.has_more;
+            let next_cursor = page.cursor.clone();
+            let changes = page.changes.len();
+            let engine = self.clone();
+            let store = tokio::task::spawn_blocking(move || {
+                let kept = engine.inner.store.write_mirror(|tx| {
+                    let mut kept = bulk;
+                    for change in &page.changes {
+                        apply_change_in(tx, change, &mut kept)?;
+                    }
+                    sync_state::set_cursor(tx, &page.cursor, page.history.as_deref(), now)?;
+                    Ok(kept)
+                });
+                (kept, started.elapsed())
+            });
+            let next = async {
+                if has_more {
+                    Some(api.pull(Some(&next_cursor), limit).await)
+                } else {
+                    None
                 }
-                sync_state::set_cursor(tx, &page.cursor, page.history.as_deref(), now)
-            })?;
-            report.pulled += page.changes.len();
+            };
+            let (stored, next) = tokio::join!(store, next);
+            let (kept, stored_at) = stored
+                .map_err(|e| Error::Store(StoreError::Invalid(format!("store task: {e}"))))?;
+            bulk = kept?;
+            prefetched = next;
+            report.pulled += changes;
             tracing::info!(
-                changes = page.changes.len(),
+                changes,
                 fetch_ms = fetched.as_secs_f64() * 1e3,
-                store_ms = (started.elapsed() - fetched).as_secs_f64() * 1e3,
+                store_ms = (stored_at - fetched).as_secs_f64() * 1e3,
                 "pulled a page"
             );
-            if !page.has_more {
+            if !has_more {
                 return self.catch_up_with_restore(report);
             }
         }
@@ -721,6 +798,40 @@ fn apply_success(tx: &Transaction<'_>, row: &Row, body: &Value) -> Result<Option
 /// when a build that reads it opens the store ([`reapply_unreadable`]).
 /// Returns whether the document was read (false: kept for a newer app).
 fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<bool, StoreError> {
+    apply_change_in(tx, change, &mut Bulk(false))
+}
+
+/// A pull into a store that mirrors nothing (checked when the pull starts:
+/// no document, no conflict, nothing kept for a newer app) writes it in
+/// bulk. There is nothing to compare a pulled document with, so an order is
+/// inserted with its lines without first reading its version and deleting
+/// its old lines, and no conflict or kept document is looked up for it.
+/// Each shortcut checks its assumption as it goes: an order already stored
+/// (it came twice, changed while the snapshot was paged) takes the ordinary
+/// path, and the first document kept for a newer app ends bulk mode for
+/// the rest of the pull. Only the pull writes mirrors and keeps documents,
+/// and it holds the sync lock, so nothing else invalidates them meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Bulk(bool);
+
+impl Bulk {
+    fn begin(tx: &Transaction<'_>) -> Result<Bulk, StoreError> {
+        let empty: bool = tx
+            .prepare_cached(
+                "select not exists (select 1 from orders) and not exists (select 1 from skus)
+                    and not exists (select 1 from conflicts)
+                    and not exists (select 1 from unreadable_docs)",
+            )?
+            .query_row([], |r| r.get(0))?;
+        Ok(Bulk(empty))
+    }
+}
+
+fn apply_change_in(
+    tx: &Transaction<'_>,
+    change: &crate::api::RawChange,
+    bulk: &mut Bulk,
+) -> Result<bool, StoreError> {
     let Some(data) = &change.data else {
         match change.kind.as_str() {
             "order" => orders::delete(tx, change.id)?,
@@ -735,6 +846,9 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
     };
     let applied = match change.kind.as_str() {
         "order" => Order::deserialize(data).map(|o| -> Result<(), StoreError> {
+            if bulk.0 && orders::insert_new(tx, &o)? {
+                return Ok(());
+            }
             orders::upsert(tx, &o)?;
             conflicts::refresh_theirs(tx, &o)
         }),
@@ -752,13 +866,16 @@ fn apply_change(tx: &Transaction<'_>, change: &crate::api::RawChange) -> Result<
     match applied {
         Ok(stored) => {
             stored?;
-            unreadable::forget(tx, &change.kind, change.id, change.version)?;
+            if !bulk.0 {
+                unreadable::forget(tx, &change.kind, change.id, change.version)?;
+            }
             Ok(true)
         }
         Err(e) => {
             tracing::warn!(kind = %change.kind, id = %change.id, version = change.version, error = %e,
                 "keeping a pulled document this build cannot read; it needs a newer app");
             let reason = e.to_string();
+            *bulk = Bulk(false);
             unreadable::keep(
                 tx,
                 &change.kind,

@@ -94,6 +94,15 @@ pub fn run() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // The bench's baseline (item 9g/9h): this same build showing an empty
+    // page, with no engine and no UI, to tell the app's cost from WebKit's.
+    let bare = std::env::var_os(startup::BARE_PAGE_ENV).is_some();
+    let mut context = tauri::generate_context!();
+    if bare {
+        for window in &mut context.config_mut().app.windows {
+            window.create = false;
+        }
+    }
     let result = tauri::Builder::default()
         // A second launch focuses the running window: two processes on one
         // store would fight over its sync lock.
@@ -104,7 +113,10 @@ pub fn run() {
             }
         }))
         .plugin(tauri_plugin_window_state::Builder::default().build())
-        .setup(|app| {
+        .setup(move |app| {
+            if bare {
+                return startup::open_bare_page(app);
+            }
             let dir = data_dir(app.handle())?;
             tracing::info!(data_dir = %dir.display(), "opening the store");
             let engine = open_engine(&dir)?;
@@ -112,7 +124,7 @@ pub fn run() {
             Ok(())
         })
         .invoke_handler(commands::handler())
-        .run(tauri::generate_context!());
+        .run(context);
     if let Err(e) = result {
         eprintln!("holdfast-desktop: {e}");
         std::process::exit(1);

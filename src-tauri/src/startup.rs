@@ -9,6 +9,11 @@ use std::time::Instant;
 
 /// Set: each mark is also printed to stdout for a harness to read.
 pub const MARKS_ENV: &str = "HOLDFAST_DESKTOP_STARTUP_MARKS";
+/// Set: the app opens its window on an empty page (`about:blank`) instead
+/// of the UI, opens no store and runs no engine, and marks `bare` when the
+/// page has loaded. The bench's memory baseline: the same build's WebKit
+/// processes with nothing of Holdfast's in them.
+pub const BARE_PAGE_ENV: &str = "HOLDFAST_DESKTOP_BARE_PAGE";
 
 static LAUNCHED: OnceLock<Instant> = OnceLock::new();
 static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -33,6 +38,10 @@ pub fn mark(stage: &str) {
             return;
         }
     }
+    print_mark(stage);
+}
+
+fn print_mark(stage: &str) {
     let ms = LAUNCHED.get().map_or(0, |t| t.elapsed().as_millis());
     tracing::info!(stage, ms, "startup");
     if std::env::var_os(MARKS_ENV).is_some() {
@@ -40,4 +49,27 @@ pub fn mark(stage: &str) {
         let _ = writeln!(out, "holdfast-desktop: startup {stage} {ms} ms");
         let _ = out.flush();
     }
+}
+
+/// Opens the main window (as configured) on an empty page: see
+/// [`BARE_PAGE_ENV`].
+pub fn open_bare_page<R: tauri::Runtime>(
+    app: &tauri::App<R>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = app
+        .config()
+        .app
+        .windows
+        .first()
+        .cloned()
+        .ok_or("no window in the app's configuration")?;
+    config.url = tauri::WebviewUrl::External("about:blank".parse()?);
+    tauri::WebviewWindowBuilder::from_config(app.handle(), &config)?
+        .on_page_load(|_, load| {
+            if load.event() == tauri::webview::PageLoadEvent::Finished {
+                print_mark("bare");
+            }
+        })
+        .build()?;
+    Ok(())
 }

@@ -117,6 +117,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct SyncConfig {
     /// Mutations per push (API.md allows 1–500).
     pub batch_size: usize,
+    /// Push batches sent at once, each on orders none of the others touch.
+    pub push_in_flight: usize,
     /// Upper bound of a push body, well under the server's 1 MiB.
     pub batch_bytes: usize,
     /// Documents per pull page (API.md allows ≤ 1000).
@@ -152,6 +154,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             batch_size: 100,
+            push_in_flight: 2,
             batch_bytes: 512 * 1024,
             pull_limit: 1000,
             backoff_base_ms: 500,

@@ -2,7 +2,7 @@
 //! ATS, customers, invoices, the pending queue and the sync status line.
 //! Every read is the optimistic view: the mirror with pending acts applied.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use holdfast_protocol::model::{Customer, Order, Sku};
@@ -108,28 +108,41 @@ pub struct SignedOut {
 impl Engine {
     /// Every order the user can see, oldest first, pending acts applied.
     pub fn orders(&self) -> Result<Vec<OrderView>> {
+        let mut out = Vec::new();
+        self.each_order_view(|v| out.push(v))?;
+        Ok(out)
+    }
+
+    /// Every order's view, handed to `f` one at a time (mirrored orders,
+    /// then those only this desk knows), so a caller that keeps less than
+    /// the whole view never holds them all.
+    fn each_order_view(&self, mut f: impl FnMut(OrderView)) -> Result<()> {
         Ok(self.inner.store.read(|tx| {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mirrors = orders::list(tx)?;
+            let mirrored: HashSet<Uuid> = mirrors.iter().map(|m| m.id).collect();
             let flagged = order_flags::dead_lettered(tx)?;
             let newer = needs_newer_app(tx)?;
             let held = held_acts(tx)?;
             let mut by_order: HashMap<Uuid, Vec<pending::Row>> = HashMap::new();
             let mut local_only = Vec::new();
             for row in pending::all(tx)? {
-                if !by_order.contains_key(&row.order_id)
-                    && !mirrors.iter().any(|m| m.id == row.order_id)
-                {
+                if !by_order.contains_key(&row.order_id) && !mirrored.contains(&row.order_id) {
                     local_only.push(row.order_id);
                 }
                 by_order.entry(row.order_id).or_default().push(row);
             }
-            let mut out = Vec::new();
+            let mut emit = |v: Option<OrderView>| {
+                if let Some(mut v) = v {
+                    mark_held(&mut v, &newer, &held);
+                    f(v);
+                }
+            };
             for m in mirrors {
                 let rows = by_order.remove(&m.id).unwrap_or_default();
                 let expected = expected_prices::for_order(tx, m.id)?;
                 let dead = flagged.contains(&m.id);
-                out.extend(view::order_view(Some(m), &rows, &expected, dead, &me));
+                emit(view::order_view(Some(m), &rows, &expected, dead, &me));
             }
             for id in local_only {
                 let rows = by_order.remove(&id).unwrap_or_default();
@@ -138,24 +151,20 @@ impl Engine {
                 // partner has been told anything; a flag says otherwise
                 // only if the order was sent and the mirror is behind.
                 let dead = flagged.contains(&id);
-                out.extend(view::order_view(None, &rows, &expected, dead, &me));
+                emit(view::order_view(None, &rows, &expected, dead, &me));
             }
-            for v in &mut out {
-                mark_held(v, &newer, &held);
-            }
-            Ok(out)
+            Ok(())
         })?)
     }
 
-    /// [`Engine::orders`] as desk rows: headers, badges and counts only.
+    /// [`Engine::orders`] as desk rows: headers, badges and counts only,
+    /// each view summarized as it is built.
     pub fn order_summaries(&self) -> Result<Vec<OrderSummary>> {
         let state = self.inner.store.read(sync_state::get)?;
         let cutoff = stuck_cutoff(&state, now_ms());
-        Ok(self
-            .orders()?
-            .into_iter()
-            .map(|v| OrderSummary::of(v, cutoff))
-            .collect())
+        let mut out = Vec::new();
+        self.each_order_view(|v| out.push(OrderSummary::of(v, cutoff)))?;
+        Ok(out)
     }
 
     pub fn order(&self, order_id: Uuid) -> Result<Option<OrderView>> {

@@ -162,6 +162,36 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Store::write`] for a page of pulled documents: the mirror only, which
+    /// the server can always send again. Committed with `synchronous =
+    /// normal` (WAL: atomic and consistent, the fsync left to the next
+    /// checkpoint or FULL commit, so a power cut may undo the last pages,
+    /// cursor and documents together, and the next pull brings them again)
+    /// and a page cache large enough (64 MiB at most) that a page of 1,000
+    /// orders (17,000 rows and their indexes) never spills mid-transaction. Both are put
+    /// back before the connection is released: every other write (acts,
+    /// push answers) stays FULL, and the cache shrinks back to its size.
+    pub fn write_mirror<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.conn();
+        let cache: i64 = conn.query_row("pragma cache_size", [], |r| r.get(0))?;
+        conn.execute_batch("pragma synchronous = normal; pragma cache_size = -65536;")?;
+        let out = (|| -> StoreResult<T> {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        let restored = conn.execute_batch(&format!(
+            "pragma synchronous = full; pragma cache_size = {cache};"
+        ));
+        let out = out?;
+        restored?;
+        Ok(out)
+    }
+
     /// Runs `f` in one read transaction (a consistent snapshot).
     pub fn read<T>(&self, f: impl FnOnce(&Transaction<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let mut conn = self.conn();
