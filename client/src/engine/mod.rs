@@ -118,6 +118,10 @@ pub struct SyncConfig {
     /// Mutations per push (API.md allows 1–500).
     pub batch_size: usize,
     /// Push batches sent at once, each on orders none of the others touch.
+    /// One by default: two batches on disjoint orders can still allocate
+    /// the same SKUs in opposite orders, and Postgres then aborts one of
+    /// them as a deadlock (a retry, but a server error in the operator's
+    /// log) — and no same-run measurement showed two to be faster.
     pub push_in_flight: usize,
     /// Upper bound of a push body, well under the server's 1 MiB.
     pub batch_bytes: usize,
@@ -154,7 +158,7 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             batch_size: 100,
-            push_in_flight: 2,
+            push_in_flight: 1,
             batch_bytes: 512 * 1024,
             pull_limit: 1000,
             backoff_base_ms: 500,
