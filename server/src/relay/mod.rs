@@ -289,7 +289,13 @@ async fn run(
             claimed = async { claiming.as_mut().expect("guarded").await }, if claiming.is_some() => {
                 claiming = None;
                 cut_short = match claimed {
-                    Ok(Ok(claim)) => holdings.take(claim, settings.per_partner_held()),
+                    Ok(Ok(claim)) => {
+                        if claim.more_to_fan_out {
+                            may_claim = true;
+                            woken = true;
+                        }
+                        holdings.take(claim, settings.per_partner_held())
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "relay pass failed; retrying after the poll interval");
                         false
@@ -403,10 +409,13 @@ struct Claim {
     /// The room each partner had (absent: a whole share).
     partners: Vec<(Uuid, i64)>,
     claimed: Vec<Claimed>,
+    /// The pass fanned out a full batch: more new events may be waiting.
+    more_to_fan_out: bool,
 }
 
-/// One pass: fan out everything new (when `woken`: a notification or the
-/// poll, the only times there can be anything new), then claim up to
+/// One pass: fan out a batch of new events (when `woken`: a notification,
+/// the poll, or the last pass's full batch, the only times there can be
+/// anything new), then claim up to
 /// `room` deliveries, no more of a partner than `partners` (or the
 /// per-partner share) allows.
 async fn pump(
@@ -416,9 +425,11 @@ async fn pump(
     partners: Vec<(Uuid, i64)>,
     woken: bool,
 ) -> Result<Claim, sqlx::Error> {
-    if woken {
-        while claim::fan_out(&db).await? > 0 {}
-    }
+    // One batch per pass, then claim: a backlog of new events starts going
+    // out after its first batch is fanned out, not after all of it (20,000
+    // events took 1.5 s to fan out before the first delivery). A full batch
+    // means more may be waiting: the caller passes again at once.
+    let more_to_fan_out = woken && claim::fan_out(&db).await? >= claim::FAN_OUT_BATCH as u64;
     let lease_id = Uuid::new_v4();
     let claimed = claim::claim(
         &db,
@@ -436,6 +447,7 @@ async fn pump(
         asked: room,
         partners,
         claimed,
+        more_to_fan_out,
     })
 }
 
@@ -551,6 +563,7 @@ mod tests {
             asked,
             partners,
             claimed,
+            more_to_fan_out: false,
         }
     }
 
