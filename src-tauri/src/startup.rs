@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// Set: each mark is also printed to stdout for a harness to read.
 pub const MARKS_ENV: &str = "HOLDFAST_DESKTOP_STARTUP_MARKS";
-/// Set: the app opens its window on an empty page (`about:blank`) instead
+/// Set: the app opens its window on an empty page (a one-line document) instead
 /// of the UI, opens no store and runs no engine, and marks `bare` when the
 /// page has loaded. The bench's memory baseline: the same build's WebKit
 /// processes with nothing of Holdfast's in them.
@@ -63,7 +63,10 @@ pub fn open_bare_page<R: tauri::Runtime>(
         .first()
         .cloned()
         .ok_or("no window in the app's configuration")?;
-    config.url = tauri::WebviewUrl::External("about:blank".parse()?);
+    // An empty document served as the UI is (ui/public/bare.html): WebKitGTK
+    // reports no finished load for `about:blank`, and data: URLs need a
+    // tauri feature the app does not otherwise want.
+    config.url = tauri::WebviewUrl::App("bare.html".into());
     tauri::WebviewWindowBuilder::from_config(app.handle(), &config)?
         .on_page_load(|_, load| {
             if load.event() == tauri::webview::PageLoadEvent::Finished {
