@@ -223,6 +223,16 @@ fn bearer_token(value: &str) -> Option<&str> {
         .then_some(token)
 }
 
+/// The request's bearer token, or 401 when it has none (or a malformed one).
+fn request_bearer(parts: &Parts) -> Result<&str, Error> {
+    parts
+        .headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_token)
+        .ok_or_else(Error::unauthorized)
+}
+
 /// The caller behind the bearer token, looked up on every request so a
 /// revoked token stops working at once.
 impl FromRequestParts<AppState> for Caller {
@@ -232,12 +242,7 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let token = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .ok_or_else(Error::unauthorized)?;
+        let token = request_bearer(parts)?;
         crate::db::sessions::caller_for_token(&state.db, token)
             .await?
             .ok_or_else(Error::unauthorized)
@@ -287,13 +292,7 @@ impl FromRequestParts<AppState> for MutationCaller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let token = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token)
-            .ok_or_else(Error::unauthorized)?
-            .to_owned();
+        let token = request_bearer(parts)?.to_owned();
         match crate::db::sessions::TokenCache::global().get(&token) {
             Some(caller) => Ok(MutationCaller {
                 caller,
