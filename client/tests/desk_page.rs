@@ -211,7 +211,7 @@ async fn a_page_is_the_window_of_the_whole_filtered_sorted_list(db: PgPool) {
     let id = made[7];
     let page = desk
         .order_page(&DeskQuery {
-            q: id.to_string()[..13].to_uppercase(),
+            q: id.to_string()[24..].to_uppercase(),
             limit: usize::MAX,
             ..Default::default()
         })
