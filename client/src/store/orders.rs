@@ -289,3 +289,46 @@ pub fn list(tx: &Transaction<'_>) -> StoreResult<Vec<Order>> {
     let rows = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
     rows.into_iter().map(|r| order(tx, r)).collect()
 }
+
+/// What the desk's list needs of a mirrored order to filter, search and
+/// place it, before it builds the row: no lines, nothing else.
+#[derive(Debug, Clone)]
+pub struct DeskHead {
+    pub id: Uuid,
+    pub updated_at: DateTime<Utc>,
+    /// The customer's name as mirrored (None: the customer is not).
+    pub customer_name: Option<String>,
+    pub customer_po: Option<String>,
+    pub notes: Option<String>,
+}
+
+/// Every mirrored order (in `status` when given) in the desk's order, newest
+/// change first (ties by id), handed to `f` one at a time so the caller
+/// holds none it does not keep.
+pub fn each_desk_head(
+    tx: &Transaction<'_>,
+    status: Option<OrderStatus>,
+    mut f: impl FnMut(DeskHead) -> StoreResult<()>,
+) -> StoreResult<()> {
+    // `updated_at` is stored as RFC 3339 in UTC (`+00:00`, 0/3/6/9 fraction
+    // digits), whose text order is its time order.
+    let mut stmt = tx.prepare_cached(
+        "select o.id, o.updated_at, c.name, o.customer_po, o.notes
+           from orders o left join customers c on c.id = o.customer_id
+          where ?1 is null or o.status = ?1
+          order by o.updated_at desc, o.id",
+    )?;
+    let mut rows = stmt.query([status.map(|s| s.as_str())])?;
+    while let Some(r) = rows.next()? {
+        let id: String = r.get(0)?;
+        let updated_at: String = r.get(1)?;
+        f(DeskHead {
+            id: uuid(&id, "order id")?,
+            updated_at: time(&updated_at)?,
+            customer_name: r.get(2)?,
+            customer_po: r.get(3)?,
+            notes: r.get(4)?,
+        })?;
+    }
+    Ok(())
+}
