@@ -4,7 +4,8 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Line, Order, OrderStatus};
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, Transaction};
 use uuid::Uuid;
 
 use super::{Migration, StoreError, StoreResult};
@@ -54,6 +55,26 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     ),
 ];
 
+/// `o`'s header as the `orders` columns `id` … `created_at`, in that order
+/// (`?1` … `?13` of [`upsert`] and [`insert_new`]).
+fn header_columns(o: &Order) -> [Value; 13] {
+    [
+        Value::Text(o.id.to_string()),
+        Value::Text(o.customer_id.to_string()),
+        o.customer_po.clone().into(),
+        o.ship_window_start.map(|d| d.to_string()).into(),
+        o.ship_window_end.map(|d| d.to_string()).into(),
+        o.notes.clone().into(),
+        Value::Text(o.status.as_str().to_owned()),
+        Value::Integer(o.version),
+        o.invoice_id.map(|i| i.to_string()).into(),
+        Value::Text(o.updated_at.to_rfc3339()),
+        Value::Text(o.updated_by.to_string()),
+        Value::Text(o.updated_by_name.clone()),
+        Value::Text(o.created_at.to_rfc3339()),
+    ]
+}
+
 /// Stores `o` unless the mirror already holds a newer version (a replayed
 /// answer can carry an old document). Returns whether it was stored.
 pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
@@ -77,21 +98,7 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
                 updated_by = excluded.updated_by, updated_by_name = excluded.updated_by_name,
                 created_at = excluded.created_at",
     )?
-    .execute(params![
-        o.id.to_string(),
-        o.customer_id.to_string(),
-        o.customer_po,
-        o.ship_window_start.map(|d| d.to_string()),
-        o.ship_window_end.map(|d| d.to_string()),
-        o.notes,
-        o.status.as_str(),
-        o.version,
-        o.invoice_id.map(|i| i.to_string()),
-        o.updated_at.to_rfc3339(),
-        o.updated_by.to_string(),
-        o.updated_by_name,
-        o.created_at.to_rfc3339(),
-    ])?;
+    .execute(params_from_iter(header_columns(o)))?;
     let id = o.id.to_string();
     tx.prepare_cached("delete from order_lines where order_id = ?1")?
         .execute([&id])?;
@@ -112,21 +119,7 @@ pub fn insert_new(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
              values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
              on conflict (id) do nothing",
         )?
-        .execute(params![
-            id,
-            o.customer_id.to_string(),
-            o.customer_po,
-            o.ship_window_start.map(|d| d.to_string()),
-            o.ship_window_end.map(|d| d.to_string()),
-            o.notes,
-            o.status.as_str(),
-            o.version,
-            o.invoice_id.map(|i| i.to_string()),
-            o.updated_at.to_rfc3339(),
-            o.updated_by.to_string(),
-            o.updated_by_name,
-            o.created_at.to_rfc3339(),
-        ])?;
+        .execute(params_from_iter(header_columns(o)))?;
     if inserted == 0 {
         return Ok(false);
     }
