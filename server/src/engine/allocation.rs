@@ -11,7 +11,7 @@
 //! retention, so a retry arriving after its key was reaped still finds "this
 //! already happened" and answers with the current order instead of doubling.
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use holdfast_protocol::event::EventType;
 use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{AllocationResult, Line, Order, OrderStatus};
@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::lines::over_allocation;
-use super::orders::{load, require_status, Locked};
+use super::orders::{load, require_status, ForEdit, ForEditRow};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;
@@ -101,14 +101,15 @@ async fn move_line(
     direction: Direction,
 ) -> Result<Done, Error> {
     let t = caller.tenant_id;
-    let (locked, late_sku, mut lines) = lock_for_move(conn, caller, key, order_id, line_id)
+    let mut locked = lock_for_move(conn, caller, key, order_id, line_id)
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
-    if let Some(sku_id) = late_sku {
+    if let Some(sku_id) = locked.late_sku {
         return late_retry(conn, t, sku_id, order_id).await;
     }
     require_status(&locked.header, ALLOCATABLE)?;
-    let at = lines
+    let at = locked
+        .lines
         .iter()
         .position(|l| l.id == line_id)
         .ok_or_else(|| Error::not_found("line on this order"))?;
@@ -117,7 +118,7 @@ async fn move_line(
         qty_ordered,
         qty_allocated,
         ..
-    } = lines[at];
+    } = locked.lines[at];
     let delta = match direction {
         Direction::Allocate => {
             // Compared as what is still open (qty_ordered ≥ qty_allocated ≥ 0
@@ -151,25 +152,9 @@ async fn move_line(
     // The answer, known now but for ATS after (the order is locked, so its
     // lines, version and timestamp after the move are ours to say), goes to
     // the key row in the move itself, with ATS after spliced in by Postgres.
-    lines[at].qty_allocated = qty_allocated + delta;
-    let header = locked.header;
-    let order = Order {
-        id: order_id,
-        customer_id: header.customer_id,
-        customer_po: header.customer_po,
-        ship_window_start: header.ship_window_start,
-        ship_window_end: header.ship_window_end,
-        notes: header.notes,
-        status: header.status,
-        version: header.version + 1,
-        invoice_id: header.invoice_id,
-        total: crate::db::orders::total(&lines),
-        lines,
-        updated_at: locked.tx_time,
-        updated_by: caller.user_id,
-        updated_by_name: locked.user_name,
-        created_at: header.created_at,
-    };
+    locked.lines[at].qty_allocated = qty_allocated + delta;
+    let header_version = locked.header.version;
+    let order = locked.edited(caller, order_id);
     let answer = Answer::new(&order)?;
     let expected = Moved {
         ats_after: 0,
@@ -182,7 +167,7 @@ async fn move_line(
         direction,
         line,
         delta,
-        order_version: header.version,
+        order_version: header_version,
     };
     let moved = folded_move(conn, caller, key, planned, &answer).await?;
     let Some(moved) = moved else {
@@ -277,90 +262,30 @@ impl Answer {
     }
 }
 
-/// The order as [`lock_for_move`] locked it, with what the answer needs.
-struct LockedForMove {
-    header: Locked,
-    tx_time: DateTime<Utc>,
-    user_name: String,
-}
-
 /// Locks the order and reads, after the lock, its lines in document order
 /// and the SKU of this key's ledger row for this line if there is one (the
-/// request already happened): one round trip, `order_for_move` (migration
-/// 20261208100100). `None` when the order is not in the tenant.
+/// request already happened, [`ForEdit::late_sku`]): one round trip,
+/// `order_for_move` (migration 20261208100100). `None` when the order is not
+/// in the tenant.
 async fn lock_for_move(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
-) -> Result<Option<(LockedForMove, Option<Uuid>, Vec<Line>)>, Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        version: i64,
-        status: String,
-        customer_id: Uuid,
-        customer_po: Option<String>,
-        ship_window_start: Option<NaiveDate>,
-        ship_window_end: Option<NaiveDate>,
-        notes: Option<String>,
-        invoice_id: Option<Uuid>,
-        created_at: DateTime<Utc>,
-        late_sku: Option<Uuid>,
-        tx_time: DateTime<Utc>,
-        user_name: Option<String>,
-        line_id: Option<Uuid>,
-        sku_id: Option<Uuid>,
-        qty_ordered: Option<i64>,
-        qty_allocated: Option<i64>,
-        unit_price: Option<i64>,
-    }
-    let rows: Vec<Row> = sqlx::query_as("select * from order_for_move($1, $2, $3, $4, $5)")
-        .bind(caller.tenant_id)
-        .bind(order_id)
-        .bind(key.as_str())
-        .bind(line_id)
-        .bind(caller.user_id)
-        .fetch_all(&mut *conn)
-        .await?;
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    let status = OrderStatus::parse(&first.status)
-        .ok_or_else(|| anyhow::anyhow!("order {order_id} has status {:?}", first.status))?;
-    let user_name = first
-        .user_name
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("user {} is not in the tenant", caller.user_id))?;
-    let locked = LockedForMove {
-        header: Locked {
-            version: first.version,
-            status,
-            customer_id: first.customer_id,
-            customer_po: first.customer_po.clone(),
-            ship_window_start: first.ship_window_start,
-            ship_window_end: first.ship_window_end,
-            notes: first.notes.clone(),
-            invoice_id: first.invoice_id,
-            created_at: first.created_at,
-        },
-        tx_time: first.tx_time,
-        user_name,
-    };
-    let late_sku = first.late_sku;
-    let lines = rows
-        .into_iter()
-        .filter_map(|r| {
-            Some(Line {
-                id: r.line_id?,
-                sku_id: r.sku_id?,
-                qty_ordered: r.qty_ordered?,
-                qty_allocated: r.qty_allocated?,
-                unit_price: r.unit_price?,
-            })
-        })
-        .collect();
-    Ok(Some((locked, late_sku, lines)))
+) -> Result<Option<ForEdit>, Error> {
+    let rows: Vec<ForEditRow> = sqlx::query_as(
+        "select *, null::boolean as sku_active, null::bigint as sku_price
+           from order_for_move($1, $2, $3, $4, $5)",
+    )
+    .bind(caller.tenant_id)
+    .bind(order_id)
+    .bind(key.as_str())
+    .bind(line_id)
+    .bind(caller.user_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    ForEdit::from_rows(rows, caller, order_id)
 }
 
 /// A retry whose key was already reaped: the ledger still knows it happened.

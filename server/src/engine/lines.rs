@@ -5,20 +5,29 @@
 
 use holdfast_protocol::event::EventType;
 use holdfast_protocol::key::IdempotencyKey;
-use holdfast_protocol::model::{AddLine, ChangeLine, OrderStatus};
+use holdfast_protocol::model::{AddLine, ChangeLine, Line, OrderStatus};
 use holdfast_protocol::problem::{Problem, ProblemCode};
 use serde_json::json;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::allocation::{release_position_in_tx, LineRef};
-use super::orders::{author, bump_announce_in_tx, bump_in_tx, load, lock_at_base};
+use super::orders::{
+    author, bump_announce_query, bump_announce_sql, bump_in_tx, load, lock_at_base, lock_for_edit,
+};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::order_history::{announce_in_tx, OrderEvent};
 use crate::db::outbox::{enqueue_in_tx, Aggregate};
 use crate::error::Error;
 
+/// Adds a line in two round trips: `order_for_edit` locks the order and
+/// reads its lines and the SKU's price for this customer, every rejection
+/// is decided in memory, then one statement inserts the line and bumps and
+/// announces the order (nothing at all if the line's id is taken). The
+/// answer is the document as read plus the new line, which the order's lock
+/// makes exact; the statement's version and timestamp are checked against
+/// it.
 pub(crate) async fn add_line(
     conn: &mut PgConnection,
     caller: &Caller,
@@ -26,32 +35,37 @@ pub(crate) async fn add_line(
     id: Uuid,
     body: AddLine,
 ) -> Result<Done, Error> {
+    const ADD_AND_ANNOUNCE: &str = bump_announce_sql!(
+        "line as (
+             insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
+             values ($1, $9, $2, $10, $11, $12) on conflict (tenant_id, id) do nothing
+             returning id
+         ),",
+        "and exists (select from line)"
+    );
     let t = caller.tenant_id;
-    let locked = lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
-    let unit_price = price_for_new_line(conn, t, locked.customer_id, body.sku_id).await?;
-    check_total(conn, t, id, None, body.qty_ordered, unit_price).await?;
-    let inserted = sqlx::query(
-        "insert into order_lines (tenant_id, id, order_id, sku_id, qty_ordered, unit_price)
-         values ($1, $2, $3, $4, $5, $6) on conflict (tenant_id, id) do nothing",
-    )
-    .bind(t)
-    .bind(body.id)
-    .bind(id)
-    .bind(body.sku_id)
-    .bind(body.qty_ordered)
-    .bind(unit_price)
-    .execute(&mut *conn)
-    .await?;
-    if inserted.rows_affected() == 0 {
-        return Err(Error::validation(
-            "id",
-            "a line with this id already exists; mint a new id",
-        ));
-    }
+    let mut edit = lock_for_edit(conn, caller, id, Some(body.sku_id))
+        .await?
+        .ok_or_else(|| Error::not_found("order"))?
+        .at_base(conn, t, id, body.base_version, &[OrderStatus::Draft])
+        .await?;
+    let unit_price = match edit.sku {
+        None => return Err(Error::not_found("SKU")),
+        Some((false, _)) => {
+            return Err(Problem::new(
+                ProblemCode::InvalidState,
+                "this SKU is discontinued and takes no new lines",
+            )
+            .with("sku_active", false)
+            .into())
+        }
+        Some((true, price)) => price,
+    };
+    check_total(&edit.lines, None, body.qty_ordered, unit_price)?;
     let facts = json!({"change": "line_added", "line_id": body.id, "sku_id": body.sku_id,
                        "qty_ordered": body.qty_ordered, "unit_price": unit_price});
-    bump_announce_in_tx(
-        conn,
+    let bumped = bump_announce_query(
+        ADD_AND_ANNOUNCE,
         caller,
         key,
         id,
@@ -59,70 +73,49 @@ pub(crate) async fn add_line(
         EventType::OrderUpdated,
         facts,
     )
+    .bind(body.id)
+    .bind(body.sku_id)
+    .bind(body.qty_ordered)
+    .bind(unit_price)
+    .fetch_optional(&mut *conn)
     .await?;
-    Done::created(load(conn, t, id).await?)
-}
-
-/// The price a new line of this customer's order gets for this SKU: the
-/// customer's price list if it lists the SKU, else the SKU's wholesale price
-/// (API.md v1.1). A discontinued SKU takes no new lines (422 `invalid_state`).
-async fn price_for_new_line(
-    conn: &mut PgConnection,
-    tenant_id: Uuid,
-    customer_id: Uuid,
-    sku_id: Uuid,
-) -> Result<i64, Error> {
-    let row: Option<(bool, i64)> = sqlx::query_as(
-        "select s.active, coalesce(e.price, s.wholesale_price)
-           from skus s
-           left join customers c on c.tenant_id = s.tenant_id and c.id = $3
-           left join price_list_entries e
-                  on e.tenant_id = s.tenant_id and e.price_list_id = c.price_list_id
-                 and e.sku_id = s.id
-          where s.tenant_id = $1 and s.id = $2",
-    )
-    .bind(tenant_id)
-    .bind(sku_id)
-    .bind(customer_id)
-    .fetch_optional(conn)
-    .await?;
-    match row {
-        None => Err(Error::not_found("SKU")),
-        Some((false, _)) => Err(Problem::new(
-            ProblemCode::InvalidState,
-            "this SKU is discontinued and takes no new lines",
-        )
-        .with("sku_active", false)
-        .into()),
-        Some((true, price)) => Ok(price),
-    }
+    // The order is locked at the version we checked, so no row means the
+    // insert found the line's id taken (in any order of the tenant).
+    let Some(bumped) = bumped else {
+        return Err(Error::validation(
+            "id",
+            "a line with this id already exists; mint a new id",
+        ));
+    };
+    edit.lines.push(Line {
+        id: body.id,
+        sku_id: body.sku_id,
+        qty_ordered: body.qty_ordered,
+        qty_allocated: 0,
+        unit_price,
+    });
+    Done::created(edit.written(caller, id, bumped)?)
 }
 
 /// Refuses a line quantity that would make the order's total (Σ qty ×
-/// unit_price) too large for an invoice to hold. `line` is the line being
-/// changed (left out of the sum), or `None` for a new one.
-async fn check_total(
-    conn: &mut PgConnection,
-    tenant_id: Uuid,
-    order_id: Uuid,
-    line: Option<Uuid>,
+/// unit_price over `lines`, with `changed` counted at `qty` instead, or a
+/// new line of `qty` when `changed` is `None`) too large for an invoice to
+/// hold.
+fn check_total(
+    lines: &[Line],
+    changed: Option<Uuid>,
     qty: i64,
     unit_price: i64,
 ) -> Result<(), Error> {
-    let fits: bool = sqlx::query_scalar(
-        "select coalesce(sum(qty_ordered::numeric * unit_price), 0) + $4::numeric * $5
-                <= 9223372036854775807
-           from order_lines
-          where tenant_id = $1 and order_id = $2 and ($3::uuid is null or id <> $3)",
-    )
-    .bind(tenant_id)
-    .bind(order_id)
-    .bind(line)
-    .bind(qty)
-    .bind(unit_price)
-    .fetch_one(conn)
-    .await?;
-    if fits {
+    let total = lines
+        .iter()
+        .filter(|l| Some(l.id) != changed)
+        .map(|l| (l.qty_ordered, l.unit_price))
+        .chain([(qty, unit_price)])
+        .try_fold(0i128, |sum, (q, p)| {
+            sum.checked_add(i128::from(q) * i128::from(p))
+        });
+    if total.is_some_and(|total| total <= i128::from(i64::MAX)) {
         Ok(())
     } else {
         Err(Error::validation(
@@ -158,6 +151,8 @@ pub(crate) fn over_allocation(detail: String, qty_ordered: i64, qty_allocated: i
         .into()
 }
 
+/// Changes a line's ordered quantity in two round trips, as
+/// [`add_line`] adds one.
 pub(crate) async fn change_line(
     conn: &mut PgConnection,
     caller: &Caller,
@@ -166,9 +161,31 @@ pub(crate) async fn change_line(
     line_id: Uuid,
     body: ChangeLine,
 ) -> Result<Done, Error> {
+    const CHANGE_AND_ANNOUNCE: &str = bump_announce_sql!(
+        "line as (
+             update order_lines set qty_ordered = $9
+              where tenant_id = $1 and id = $10 and order_id = $2
+             returning id
+         ),",
+        "and exists (select from line)"
+    );
     let t = caller.tenant_id;
-    lock_at_base(conn, t, id, body.base_version, &[OrderStatus::Draft]).await?;
-    let (sku_id, _, qty_allocated) = line(conn, t, id, line_id).await?;
+    let mut edit = lock_for_edit(conn, caller, id, None)
+        .await?
+        .ok_or_else(|| Error::not_found("order"))?
+        .at_base(conn, t, id, body.base_version, &[OrderStatus::Draft])
+        .await?;
+    let at = edit
+        .lines
+        .iter()
+        .position(|l| l.id == line_id)
+        .ok_or_else(|| Error::not_found("line on this order"))?;
+    let Line {
+        sku_id,
+        qty_allocated,
+        unit_price,
+        ..
+    } = edit.lines[at];
     if body.qty_ordered < qty_allocated {
         return Err(over_allocation(
             format!("{qty_allocated} are allocated; release some before ordering fewer"),
@@ -176,22 +193,10 @@ pub(crate) async fn change_line(
             qty_allocated,
         ));
     }
-    let unit_price: i64 =
-        sqlx::query_scalar("select unit_price from order_lines where tenant_id = $1 and id = $2")
-            .bind(t)
-            .bind(line_id)
-            .fetch_one(&mut *conn)
-            .await?;
-    check_total(conn, t, id, Some(line_id), body.qty_ordered, unit_price).await?;
-    sqlx::query("update order_lines set qty_ordered = $3 where tenant_id = $1 and id = $2")
-        .bind(t)
-        .bind(line_id)
-        .bind(body.qty_ordered)
-        .execute(&mut *conn)
-        .await?;
+    check_total(&edit.lines, Some(line_id), body.qty_ordered, unit_price)?;
     let facts = json!({"change": "line_changed", "line_id": line_id, "sku_id": sku_id, "qty_ordered": body.qty_ordered});
-    bump_announce_in_tx(
-        conn,
+    let bumped = bump_announce_query(
+        CHANGE_AND_ANNOUNCE,
         caller,
         key,
         id,
@@ -199,8 +204,18 @@ pub(crate) async fn change_line(
         EventType::OrderUpdated,
         facts,
     )
+    .bind(body.qty_ordered)
+    .bind(line_id)
+    .fetch_optional(&mut *conn)
     .await?;
-    Done::ok(load(conn, t, id).await?)
+    // We hold the order's lock and read the line after it: zero rows is a bug.
+    let bumped = bumped.ok_or_else(|| {
+        Error::Internal(anyhow::anyhow!(
+            "line {line_id} of order {id} moved under the order's lock"
+        ))
+    })?;
+    edit.lines[at].qty_ordered = body.qty_ordered;
+    Done::ok(edit.written(caller, id, bumped)?)
 }
 
 pub(crate) async fn remove_line(

@@ -3,6 +3,7 @@
 
 mod allocation;
 mod idempotency;
+mod lines;
 mod lock_wait;
 mod push;
 
