@@ -6,10 +6,13 @@
 //! `MAX_TX_TIME`, so a batch never holds a hot SKU's row lock for long. Each
 //! such chunk is applied one of two ways:
 //!
-//! * **Straight** (first): no savepoints. The chunk's keys are claimed in
-//!   one statement up front (`idempotency::claim_many_in_tx`: the key of
-//!   every item that will run unless an earlier item of the chunk fails on
-//!   its order; the `lock_timeout` bound set and lifted inside it), then
+//! * **Straight** (first): no savepoints. The chunk's keys are claimed a
+//!   run of items at a time, each run in one statement
+//!   (`idempotency::claim_many_in_tx`: the key of every item that will run
+//!   unless an earlier item of the chunk fails on its order; the
+//!   `lock_timeout` bound set and lifted inside it; a run as long as fits
+//!   in what is left of `MAX_TX_TIME` at the pace seen so far, so the chunk
+//!   ends on time where every claimed item has run), then
 //!   each item runs its handler, or is answered from what the claim read (a
 //!   replay, `idempotency_key_reused`); the chunk's answers are stored on
 //!   their key rows in one statement just before the commit. Per item only
@@ -49,9 +52,6 @@
 //!   after the same bounded wait);
 //! * a key claimed up front whose item did not run: an item blocked (424)
 //!   by an earlier item of the chunk on its order;
-//! * the chunk ran past `MAX_TX_TIME` with items left, whose keys are
-//!   claimed already (the fallback cuts the chunk where the time runs out,
-//!   and the next straight chunk is made that long);
 //! * a claimed key whose answer is not stored (a 404 or 400 the handler
 //!   found) — the key row must not commit, and undoing it is a savepoint's
 //!   job (the request role may not delete keys);
@@ -98,21 +98,14 @@ pub async fn push(
     let items: Vec<Item> = items.iter().map(Item::new).collect();
     let mut results = Vec::with_capacity(items.len());
     let mut failed = Failed::new();
-    let mut limit = MAX_ITEMS_PER_TX;
+    let mut pace = None;
     while results.len() < items.len() {
         let rest = &items[results.len()..];
         let before = failed.clone();
-        let answers = match straight_chunk(db, caller, rest, &mut failed, limit).await? {
-            Ok(answers) => {
-                limit = (limit * 2).min(MAX_ITEMS_PER_TX);
-                answers
-            }
+        let answers = match straight_chunk(db, caller, rest, &mut failed, &mut pace).await? {
+            Ok(answers) => answers,
             Err(redo) => {
                 failed = before;
-                if redo.reason == OUT_OF_TIME {
-                    // The next straight chunk is as long as this one got.
-                    limit = redo.at.max(1);
-                }
                 metrics::counter!("holdfast_push_chunks_redone_total").increment(1);
                 tracing::info!(
                     key = %rest[redo.at].key,
@@ -145,9 +138,35 @@ impl Item {
     }
 }
 
-/// Why a straight chunk that ran out of time was abandoned (its later keys
-/// are claimed already): the next one is made shorter.
-const OUT_OF_TIME: &str = "chunk ran out of time";
+/// Items whose keys a straight chunk claims in its first statement when
+/// there is no pace yet to size it by.
+const FIRST_CLAIM: usize = 25;
+/// The fewest items a later claim of a straight chunk takes.
+const MIN_CLAIM: usize = 4;
+
+/// How many items from `at` a straight chunk begun at `started` claims
+/// next: as many as fit in what is left of `MAX_TX_TIME` at the pace seen
+/// so far (this chunk's, or the last one's for its first claim), at least
+/// `MIN_CLAIM`; `None` when the time is up (commit).
+fn next_claim(at: usize, started: Instant, pace: Option<Duration>) -> Option<usize> {
+    let elapsed = started.elapsed();
+    if at > 0 && elapsed >= MAX_TX_TIME {
+        return None;
+    }
+    let pace = if at > 0 {
+        Some(elapsed / at as u32)
+    } else {
+        pace
+    };
+    Some(
+        match pace {
+            None => FIRST_CLAIM,
+            Some(pace) if pace.is_zero() => MAX_ITEMS_PER_TX,
+            Some(pace) => ((MAX_TX_TIME - elapsed).as_nanos() / pace.as_nanos()) as usize,
+        }
+        .max(MIN_CLAIM),
+    )
+}
 
 /// Why a straight attempt was abandoned, and at which item of the chunk.
 struct Redo {
@@ -179,55 +198,52 @@ fn note(failed: &mut Failed, hint: Option<Uuid>, key: &str, outcome: &Outcome) {
     }
 }
 
-/// One chunk of at most `limit` items from the front of `items` without
-/// savepoints; its answers once committed, or `Err(Redo)` after rolling it
-/// back (see the module docs).
+/// One chunk from the front of `items` without savepoints; its answers once
+/// committed, or `Err(Redo)` after rolling it back (see the module docs).
+/// Its keys are claimed a few items at a time (`next_claim`), so that the
+/// chunk can end at `MAX_TX_TIME` where every claimed item has run; `pace`
+/// is the time per item, carried from one chunk to the next.
 async fn straight_chunk(
     db: &PgPool,
     caller: &Caller,
     items: &[Item],
     failed: &mut Failed,
-    limit: usize,
+    pace: &mut Option<Duration>,
 ) -> anyhow::Result<Result<Vec<PushResult>, Redo>> {
-    let chunk = &items[..items.len().min(limit)];
+    let chunk = &items[..items.len().min(MAX_ITEMS_PER_TX)];
     let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
     let started = Instant::now();
-    let mut claims = match claim_chunk(&mut tx, caller, chunk, failed).await {
-        Ok(Some(claims)) => claims,
-        Ok(None) => {
-            tx.rollback().await?;
-            return Ok(Err(Redo {
-                at: 0,
-                reason: "key held by a running request",
-            }));
-        }
-        Err(e) if crate::error::is_unavailable(&e) => return Err(e.into()),
-        Err(e) => {
-            tracing::warn!(error = format!("{e:#}"), "claiming a chunk's keys failed");
-            tx.rollback().await?;
-            return Ok(Err(Redo {
-                at: 0,
-                reason: "unexpected error",
-            }));
-        }
-    };
+    let mut claims = Claims::default();
+    let mut claimed_to = 0;
     let mut answers = Vec::new();
     let mut to_store = ToStore::default();
     for (at, item) in chunk.iter().enumerate() {
-        if at > 0 && started.elapsed() >= MAX_TX_TIME {
-            // The rest of the chunk's keys are claimed: a savepoint per item
-            // applies it again and cuts it where the time runs out.
-            tx.rollback().await?;
-            return Ok(Err(Redo {
-                at,
-                reason: OUT_OF_TIME,
-            }));
+        if at == claimed_to {
+            let Some(n) = next_claim(at, started, *pace) else {
+                break;
+            };
+            claimed_to = chunk.len().min(at + n);
+            let claimed =
+                claim_chunk(&mut tx, caller, &chunk[at..claimed_to], failed, &mut claims).await;
+            let reason = match claimed {
+                Ok(true) => None,
+                Ok(false) => Some("key held by a running request"),
+                Err(e) if crate::error::is_unavailable(&e) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), "claiming a chunk's keys failed");
+                    Some("unexpected error")
+                }
+            };
+            if let Some(reason) = reason {
+                tx.rollback().await?;
+                return Ok(Err(Redo { at, reason }));
+            }
         }
         let outcome = match (blocked(failed, item.order), &item.request) {
             (Some(outcome), _) => outcome,
             (None, Err(outcome)) => outcome.clone(),
             (None, Ok(req)) => {
-                match straight_item(&mut tx, caller, req, &mut claims, &mut to_store).await {
+                match straight_item(&mut tx, caller, req, &mut claims.found, &mut to_store).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(reason)) => {
                         tx.rollback().await?;
@@ -248,9 +264,16 @@ async fn straight_chunk(
         note(failed, item.order, &item.key, &outcome);
         answers.push(result(item.key.clone(), &outcome));
     }
+    if !answers.is_empty() {
+        *pace = Some(started.elapsed() / answers.len() as u32);
+    }
     // A key claimed up front whose item did not run (an item blocked by an
     // earlier one of the chunk) must not commit its empty row.
-    if claims.values().any(|c| matches!(c, ManyClaim::Claimed)) {
+    if claims
+        .found
+        .values()
+        .any(|c| matches!(c, ManyClaim::Claimed))
+    {
         tx.rollback().await?;
         return Ok(Err(Redo {
             at: 0,
@@ -283,36 +306,46 @@ async fn straight_chunk(
     Ok(Ok(answers))
 }
 
-/// The keys of a chunk claimed in one statement: every item that will run
-/// unless an earlier item of the chunk fails on its order (it is not
-/// blocked now, its request parsed and passes the checks that need no
-/// database), each key once (its first such item's fingerprint; a later
-/// item with the same key is judged from the kept answers or the stored
-/// row, with its own fingerprint). `None`: a key is held by a running
+/// The keys a straight chunk has claimed so far: what the claims found
+/// (an entry leaves `found` once its item runs) and every key sent.
+#[derive(Default)]
+struct Claims {
+    found: HashMap<String, ManyClaim>,
+    sent: std::collections::HashSet<String>,
+}
+
+/// Claims, in one statement, the keys of `part` (the next items of a
+/// chunk): of every item that will run unless an earlier item of the chunk
+/// fails on its order (it is not blocked now, its request parsed and passes
+/// the checks that need no database), each key once per chunk (its first
+/// such item's fingerprint; a later item with the same key is judged from
+/// the kept answers or the stored row, with its own fingerprint; a key
+/// claimed earlier in the chunk is not sent again: the statement would read
+/// this transaction's own empty row). `false`: a key is held by a running
 /// request past the bound, and the transaction is aborted.
 async fn claim_chunk(
     conn: &mut PgConnection,
     caller: &Caller,
-    chunk: &[Item],
+    part: &[Item],
     failed: &Failed,
-) -> Result<Option<HashMap<String, ManyClaim>>, sqlx::Error> {
+    claims: &mut Claims,
+) -> Result<bool, sqlx::Error> {
     let mut keys = Vec::new();
     let mut fingerprints = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for item in chunk {
+    for item in part {
         let Ok(req) = &item.request else { continue };
         if blocked(failed, item.order).is_some() || check(caller, req).is_err() {
             continue;
         }
-        if seen.insert(req.key.as_str()) {
+        if claims.sent.insert(req.key.as_str().to_owned()) {
             keys.push(req.key.as_str().to_owned());
             fingerprints.push(req.fingerprint.clone());
         }
     }
     if keys.is_empty() {
-        return Ok(Some(HashMap::new()));
+        return Ok(true);
     }
-    let claims = idempotency::claim_many_in_tx(
+    let found = idempotency::claim_many_in_tx(
         conn,
         caller.tenant_id,
         &keys,
@@ -320,7 +353,11 @@ async fn claim_chunk(
         KEY_LOCK_TIMEOUT,
     )
     .await?;
-    Ok(claims.map(|claims| keys.into_iter().zip(claims).collect()))
+    let Some(found) = found else {
+        return Ok(false);
+    };
+    claims.found.extend(keys.into_iter().zip(found));
+    Ok(true)
 }
 
 /// The answers a straight chunk has kept, stored on their key rows in one
