@@ -20,6 +20,7 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "sync_now",
         "list_orders",
         "list_order_summaries",
+        "list_order_page",
         "get_order",
         "create_order",
         "edit_order",

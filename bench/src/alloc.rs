@@ -16,6 +16,7 @@
 //!   the SKU row is locked for 5 statements instead of 12.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use chrono::Utc;
@@ -54,6 +55,25 @@ pub struct HttpAllocate {
     rng: StdRng,
 }
 
+/// The server's lock-wait bound answered 503: nothing was stored, and the
+/// same key may be sent again after `retry_after` (a desk does exactly that).
+#[derive(Debug)]
+pub struct Unavailable {
+    pub retry_after: Duration,
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "allocate answered 503, retry after {:?}",
+            self.retry_after
+        )
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
 impl HttpAllocate {
     pub fn new(
         http: reqwest::Client,
@@ -88,7 +108,18 @@ impl HttpAllocate {
             .context("POST …/allocate")?;
         let status = response.status();
         let replayed = response.headers().contains_key("idempotent-replayed");
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         let body = response.bytes().await?;
+        if let (reqwest::StatusCode::SERVICE_UNAVAILABLE, Some(secs)) = (status, retry_after) {
+            return Err(Unavailable {
+                retry_after: Duration::from_secs(secs),
+            }
+            .into());
+        }
         if status != reqwest::StatusCode::OK {
             anyhow::bail!(
                 "allocate answered {status}: {}",

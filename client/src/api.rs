@@ -2,6 +2,8 @@
 //! reqwest, with every failure sorted into "try again later" (network, 5xx,
 //! 429) or "the server said no" (a problem document).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_protocol::backoff::parse_retry_after;
@@ -125,12 +127,42 @@ impl Default for Timeouts {
     }
 }
 
+/// The order of the server's latest answer and the latest loss of the live
+/// stream, so a pass that finishes late can tell whether its success still
+/// says anything about now. One per engine, shared by its API clients.
+#[derive(Debug, Default)]
+pub(crate) struct Reachability {
+    clock: AtomicU64,
+    last_answer: AtomicU64,
+    last_loss: AtomicU64,
+}
+
+impl Reachability {
+    /// The server answered a request with success.
+    pub(crate) fn answered(&self) {
+        let now = self.clock.fetch_add(1, Ordering::SeqCst) + 1;
+        self.last_answer.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// The live stream broke or could not be opened.
+    pub(crate) fn lost(&self) {
+        let now = self.clock.fetch_add(1, Ordering::SeqCst) + 1;
+        self.last_loss.fetch_max(now, Ordering::SeqCst);
+    }
+
+    /// Whether the server has answered since the stream was last lost.
+    pub(crate) fn answered_since_loss(&self) -> bool {
+        self.last_answer.load(Ordering::SeqCst) > self.last_loss.load(Ordering::SeqCst)
+    }
+}
+
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
     stream_http: reqwest::Client,
     base: String,
     token: Option<String>,
+    reachability: Arc<Reachability>,
 }
 
 impl std::fmt::Debug for Api {
@@ -159,7 +191,14 @@ impl Api {
             stream_http,
             base: base.trim_end_matches('/').to_owned(),
             token,
+            reachability: Arc::default(),
         })
+    }
+
+    /// Records this client's successful answers in the engine's record.
+    pub(crate) fn reporting_to(mut self, reachability: Arc<Reachability>) -> Api {
+        self.reachability = reachability;
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -179,13 +218,14 @@ impl Api {
         }
     }
 
-    async fn send(req: reqwest::RequestBuilder) -> Result<(StatusCode, Vec<u8>), ApiError> {
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(StatusCode, Vec<u8>), ApiError> {
         let resp = req.send().await.map_err(network)?;
         let status = resp.status();
         let headers = resp.headers().clone();
         // A body cut mid-way is a network fault: the request may have run.
         let bytes = resp.bytes().await.map_err(network)?.to_vec();
         if status.is_success() {
+            self.reachability.answered();
             return Ok((status, bytes));
         }
         Err(status_error(status, &headers, &bytes))
@@ -197,13 +237,16 @@ impl Api {
 
     /// `POST /v1/sessions`.
     pub async fn login(&self, req: &LoginRequest) -> Result<LoginResponse, ApiError> {
-        let (_, bytes) = Self::send(self.request(Method::POST, "/v1/sessions").json(req)).await?;
+        let (_, bytes) = self
+            .send(self.request(Method::POST, "/v1/sessions").json(req))
+            .await?;
         Self::decode(&bytes)
     }
 
     /// `DELETE /v1/sessions/current`.
     pub async fn logout(&self) -> Result<(), ApiError> {
-        Self::send(self.request(Method::DELETE, "/v1/sessions/current")).await?;
+        self.send(self.request(Method::DELETE, "/v1/sessions/current"))
+            .await?;
         Ok(())
     }
 
@@ -219,7 +262,7 @@ impl Api {
         if let Some(history) = history {
             req = req.header("holdfast-history", history);
         }
-        let (_, bytes) = Self::send(req).await?;
+        let (_, bytes) = self.send(req).await?;
         Self::decode(&bytes)
     }
 
@@ -238,7 +281,7 @@ impl Api {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let (_, bytes) = Self::send(req).await?;
+        let (_, bytes) = self.send(req).await?;
         Self::decode(&bytes)
     }
 
@@ -247,7 +290,7 @@ impl Api {
     /// the partner events each produced.
     pub async fn order_history(&self, order_id: Uuid) -> Result<OrderHistory, ApiError> {
         let path = format!("/v1/orders/{order_id}/history");
-        let (_, bytes) = Self::send(self.request(Method::GET, &path)).await?;
+        let (_, bytes) = self.send(self.request(Method::GET, &path)).await?;
         Self::decode(&bytes)
     }
 
@@ -261,7 +304,7 @@ impl Api {
         let req = self
             .request(Method::GET, "/v1/orders/dead-lettered")
             .timeout(timeout);
-        let (_, bytes) = Self::send(req).await?;
+        let (_, bytes) = self.send(req).await?;
         Self::decode(&bytes)
     }
 
@@ -277,6 +320,7 @@ impl Api {
         let resp = req.send().await.map_err(network)?;
         let status = resp.status();
         if status.is_success() {
+            self.reachability.answered();
             return Ok(resp);
         }
         let headers = resp.headers().clone();

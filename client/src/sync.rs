@@ -194,9 +194,15 @@ impl Engine {
         let now = now_ms();
         match result {
             Ok(()) => {
-                self.inner
-                    .store
-                    .write(|tx| sync_state::succeeded(tx, now))?;
+                // A pass can finish (storing its last page) after the stream
+                // was lost; its answers then came before the loss and say
+                // nothing about now. Decided inside the write: the stream
+                // counts its loss before writing it, so whichever write
+                // lands last leaves the true status.
+                let reachability = &self.inner.reachability;
+                self.inner.store.write(|tx| {
+                    sync_state::succeeded(tx, now, reachability.answered_since_loss())
+                })?;
                 self.emit(EngineEvent::SyncFinished(report.clone()));
                 if report.applied + report.conflicts + report.rejections + report.pulled > 0 {
                     self.emit(EngineEvent::Changed);
@@ -964,6 +970,7 @@ async fn stream_task(engine: Engine) {
         if failures == 0 {
             tracing::info!(%error, "lost the server's live stream; offline until it answers again");
         }
+        engine.inner.reachability.lost();
         if let Err(e) = engine
             .inner
             .store

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Line, Order, OrderStatus, Sku};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::act::Act;
@@ -141,7 +141,7 @@ pub fn shows(row: &Row) -> bool {
 }
 
 /// How an order stands with the server.
-#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(ts_rs::TS, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Badge {
     Synced,
@@ -218,6 +218,83 @@ pub struct OrderView {
     /// cannot read (kept, listed by `Engine::held`). What the desk shows
     /// is the last version it could read, and the order's later acts wait.
     pub needs_newer_app: bool,
+}
+
+/// What the desk's list asks for: its filters and search, and the window
+/// of rows in view (plus a margin). The engine filters, sorts and counts
+/// in the store, so neither it nor the UI holds every order's row.
+#[derive(ts_rs::TS, Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct DeskQuery {
+    /// Only orders with this badge (None: every order).
+    pub badge: Option<Badge>,
+    /// Only orders in this status (None: any).
+    pub status: Option<OrderStatus>,
+    /// Words that must all appear, in any case, in the customer's name,
+    /// the PO, the notes or the order id (blank: no search).
+    pub q: String,
+    /// The first row wanted (0: the newest change).
+    pub offset: usize,
+    /// How many rows from `offset` (at most [`DeskQuery::MAX_LIMIT`]).
+    pub limit: usize,
+    /// The selected order, whose place in the list comes back as
+    /// [`OrderPage::selected_index`].
+    pub selected: Option<Uuid>,
+}
+
+impl DeskQuery {
+    /// The most rows one page carries.
+    pub const MAX_LIMIT: usize = 1000;
+
+    /// The search's words, lowercased (none for a blank search).
+    pub fn words(&self) -> Vec<String> {
+        self.q
+            .to_lowercase()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Whether an order with this badge and status passes the filters.
+    pub fn keeps(&self, badge: Badge, status: OrderStatus) -> bool {
+        self.badge.is_none_or(|b| b == badge) && self.status.is_none_or(|s| s == status)
+    }
+}
+
+/// Whether every word of a search (lowercased, see [`DeskQuery::words`])
+/// appears in the customer's name (None: "Unknown customer", as the desk
+/// shows it), the PO, the notes or the order id.
+pub fn desk_search_hits(
+    words: &[String],
+    customer_name: Option<&str>,
+    customer_po: Option<&str>,
+    notes: Option<&str>,
+    id: Uuid,
+) -> bool {
+    if words.is_empty() {
+        return true;
+    }
+    let hay = format!(
+        "{} {} {} {}",
+        customer_name.unwrap_or("Unknown customer"),
+        customer_po.unwrap_or(""),
+        notes.unwrap_or(""),
+        id
+    )
+    .to_lowercase();
+    words.iter().all(|w| hay.contains(w.as_str()))
+}
+
+/// One window of the desk's list: the rows from `offset`, newest change
+/// first, and how many orders the filters and search let through.
+#[derive(ts_rs::TS, Debug, Clone, Serialize)]
+pub struct OrderPage {
+    /// Orders in the filtered list (the list's length).
+    pub total: usize,
+    /// The first row's place in the list (0-based).
+    pub offset: usize,
+    pub rows: Vec<OrderSummary>,
+    /// The place of [`DeskQuery::selected`] in the list (None: not in it).
+    pub selected_index: Option<usize>,
 }
 
 /// One row of the order desk: an order as the user sees it, without its

@@ -174,8 +174,10 @@ async fn a_dead_lettered_order_is_flagged_until_a_requeue_delivers_it(db: PgPool
     // The partner refuses `refused`'s event and takes `fine`'s.
     let (refused, fine) = (new_order(&desk), new_order(&desk));
     partner.refuse(refused, true);
-    let relay_task = relay(&server);
+    // The relay starts once the push's pass (and its question about dead
+    // letters) is over, so the next pass is the first to see the flag.
     desk.sync_once().await.expect("push");
+    let relay_task = relay(&server);
     relay_settled(&server.db).await;
     assert_eq!(dead_of(&server.db, refused).await.len(), 1);
     assert!(dead_of(&server.db, fine).await.is_empty());

@@ -367,7 +367,14 @@ async fn an_idle_desk_goes_offline_when_the_server_does_and_back(db: PgPool) {
         "the raw error is kept for details"
     );
 
+    // Back: the stream reconnects and the pass it starts finishes. (A pass
+    // that finishes before the stream is back may still say offline: a
+    // stream attempt refused after its last answer is the newer news.)
     server.restart().await;
+    wait_for(&mut events, |e| {
+        matches!(e, EngineEvent::StreamConnected).then_some(())
+    })
+    .await;
     wait_for(&mut events, |e| {
         matches!(e, EngineEvent::SyncFinished(_)).then_some(())
     })

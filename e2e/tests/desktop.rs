@@ -500,6 +500,9 @@ fn walk(d: &Driver, server: &mut Server, tmp: &std::path::Path) {
             .map(drop)
     })
     .expect("the queued edit reached the server");
+    // The desk's row tells the same truth as the status bar (it reloads on
+    // the debounced `changed`, the status bar on `syncStatus`: ~100 ms apart).
+    wait_row_badge(d, "PO-E2E-1", "Synced");
     d.screenshot("12-signed-in-again").expect("shot");
 
     workday::confirm_over_a_colleagues_change(d, server, tmp);
@@ -521,6 +524,25 @@ fn open_order(d: &Driver, po: &str) {
     )
     .expect("open the order");
     d.find("#notes").expect("the editor");
+}
+
+/// Waits until the desk's row for the order with PO `po` shows `badge`.
+fn wait_row_badge(d: &Driver, po: &str, badge: &str) {
+    let row = || {
+        d.script(
+            "const o = [...document.querySelectorAll('[role=listbox][aria-label^=Orders] [role=option]')].find(o => o.textContent.includes(arguments[0])); return o ? o.textContent : null;",
+            json!([po]),
+        )
+        .ok()?
+        .as_str()
+        .map(str::to_owned)
+    };
+    wait_for(
+        &format!("the row of {po} to say {badge}"),
+        Duration::from_secs(20),
+        || row().filter(|t| t.contains(badge)),
+    )
+    .unwrap_or_else(|e| panic!("{e} (the row: {:?})", row()));
 }
 
 /// From the open editor, its banner's "Resolve conflict" into the conflict

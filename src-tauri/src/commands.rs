@@ -8,7 +8,7 @@ use chrono::NaiveDate;
 use holdfast_client::conflict::ConflictView;
 use holdfast_client::engine::{HeldItem, RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
-use holdfast_client::view::{OrderSummary, OrderView, PendingMark, SkuView};
+use holdfast_client::view::{DeskQuery, OrderPage, OrderSummary, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
 use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet, OrderHistory};
 use serde::{Deserialize, Serialize};
@@ -104,6 +104,13 @@ pub async fn list_orders(engine: State<'_, Engine>) -> CmdResult<Vec<OrderView>>
 #[tauri::command]
 pub async fn list_order_summaries(engine: State<'_, Engine>) -> CmdResult<Vec<OrderSummary>> {
     Ok(engine.order_summaries()?)
+}
+
+/// One window of the desk's list, filtered, searched and counted by the
+/// engine (the UI never holds every order's row).
+#[tauri::command]
+pub async fn list_order_page(engine: State<'_, Engine>, query: DeskQuery) -> CmdResult<OrderPage> {
+    Ok(engine.order_page(&query)?)
 }
 
 #[tauri::command]
@@ -356,6 +363,7 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         sync_now,
         list_orders,
         list_order_summaries,
+        list_order_page,
         get_order,
         create_order,
         edit_order,

@@ -12,7 +12,9 @@ use holdfast_client::engine::{
 };
 use holdfast_client::store::pending::Status as PendingStatus;
 use holdfast_client::store::sync_state::Profile;
-use holdfast_client::view::{Badge, OrderHead, OrderSummary, OrderView, PendingMark, SkuView};
+use holdfast_client::view::{
+    Badge, DeskQuery, OrderHead, OrderPage, OrderSummary, OrderView, PendingMark, SkuView,
+};
 use holdfast_desktop::commands::{HeldExport, NewOrderArgs};
 use holdfast_desktop::error::CommandError;
 use holdfast_protocol::model::{
@@ -63,6 +65,8 @@ fn render() -> BTreeMap<PathBuf, String> {
         OrderView,
         OrderSummary,
         OrderHead,
+        OrderPage,
+        DeskQuery,
         SkuView,
         Badge,
         PendingMark,

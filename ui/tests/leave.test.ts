@@ -46,7 +46,7 @@ describe('closing the editor', () => {
     expect(calls(m, 'editOrder').map((c) => c.args)).toEqual([[o.id, { customer_po: 'T-77' }]]);
     // The edit answered before the desk asked for its rows.
     const done = slow.log.indexOf('<editOrder');
-    const desk = slow.log.indexOf('>listOrderSummaries');
+    const desk = slow.log.indexOf('>listOrderPage');
     expect(done).toBeGreaterThanOrEqual(0);
     expect(desk).toBeGreaterThan(done);
     await waitFor(() => expect(screen.getByText('T-77')).toBeTruthy());

@@ -102,8 +102,9 @@ async fn desktop_items(
     rows.push(Row {
         item: "9h".into(),
         what: format!(
-            "desktop app memory, idle and signed in on the desk's store, every order listed \
-             (first screen after {}; {} above the baseline), vs the bare webview (9g's)",
+            "desktop app memory, idle and signed in on the desk's store, its list open on every \
+             order (the window in view, the count of all; first screen after {}; {} above the \
+             baseline), vs the bare webview (9g's)",
             ms(m.desk_ready),
             mib(above(m.desk_pss))
         ),

@@ -62,7 +62,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, Notify};
 use uuid::Uuid;
 
-use crate::api::{Api, ApiError, Timeouts};
+use crate::api::{Api, ApiError, Reachability, Timeouts};
 use crate::conflict::ResolveError;
 use crate::store::sync_state::{self, Profile};
 use crate::store::{self, now_ms, order_flags, pending, Store, StoreError};
@@ -223,6 +223,8 @@ pub(crate) struct Inner {
     pub(crate) events: broadcast::Sender<EngineEvent>,
     /// One pass at a time within this process (the file lock covers others).
     pub(crate) sync_gate: tokio::sync::Mutex<()>,
+    /// The server's latest answer against the stream's latest loss.
+    pub(crate) reachability: Arc<Reachability>,
     token: Mutex<Option<String>>,
 }
 
@@ -274,6 +276,7 @@ impl Engine {
                 wake_local: Notify::new(),
                 events,
                 sync_gate: tokio::sync::Mutex::new(()),
+                reachability: Arc::default(),
                 token: Mutex::new(None),
             }),
         })
@@ -351,11 +354,10 @@ impl Engine {
                 }
             }
         };
-        Ok(Api::new(
-            &profile.server_url,
-            Some(token),
-            self.inner.config.timeouts,
-        )?)
+        Ok(
+            Api::new(&profile.server_url, Some(token), self.inner.config.timeouts)?
+                .reporting_to(self.inner.reachability.clone()),
+        )
     }
 
     /// Signs in and keeps the device token in the token store. Refuses to

@@ -16,7 +16,7 @@ use crate::store::{
     conflicts, customers, expected_prices, invoices, now_ms, order_flags, orders, pending,
     price_lists, rejections, skus, unreadable, StoreError,
 };
-use crate::view::{self, OrderSummary, OrderView, PendingMark, SkuView};
+use crate::view::{self, DeskQuery, OrderPage, OrderSummary, OrderView, PendingMark, SkuView};
 
 /// The sync status line.
 #[derive(ts_rs::TS, Debug, Clone, Serialize)]
@@ -93,6 +93,55 @@ fn stuck_cutoff(state: &SyncState, now: i64) -> Option<i64> {
         .then_some(cutoff)
 }
 
+/// The desk's order: the newest change first, ties by id.
+fn desk_order(
+    a_at: DateTime<Utc>,
+    a_id: Uuid,
+    b_at: DateTime<Utc>,
+    b_id: Uuid,
+) -> std::cmp::Ordering {
+    b_at.cmp(&a_at).then(a_id.cmp(&b_id))
+}
+
+/// A row of the desk's window: built already, or a mirrored order to build.
+enum Slot {
+    Built(Box<OrderSummary>),
+    Mirror(Uuid),
+}
+
+/// Counts the filtered list as it goes by and keeps only the window's rows.
+struct Placer {
+    offset: usize,
+    limit: usize,
+    selected: Option<Uuid>,
+    total: usize,
+    selected_index: Option<usize>,
+    window: Vec<Slot>,
+}
+
+impl Placer {
+    fn new(offset: usize, limit: usize, selected: Option<Uuid>) -> Self {
+        Placer {
+            offset,
+            limit,
+            selected,
+            total: 0,
+            selected_index: None,
+            window: Vec::new(),
+        }
+    }
+
+    fn place(&mut self, id: Uuid, slot: Slot) {
+        if self.selected == Some(id) {
+            self.selected_index = Some(self.total);
+        }
+        if self.total >= self.offset && self.total - self.offset < self.limit {
+            self.window.push(slot);
+        }
+        self.total += 1;
+    }
+}
+
 /// The last sign-in of a desk that is signed out now.
 #[derive(ts_rs::TS, Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SignedOut {
@@ -165,6 +214,139 @@ impl Engine {
         let mut out = Vec::new();
         self.each_order_view(|v| out.push(OrderSummary::of(v, cutoff)))?;
         Ok(out)
+    }
+
+    /// One window of the desk's list (see [`DeskQuery`]): the orders that
+    /// pass its filters and search, newest change first (ties by id), rows
+    /// `offset..offset + limit` of them, and how many there are.
+    ///
+    /// An order with acts of the user's (pending, or held) or a part this
+    /// build cannot read is built as its whole optimistic view, as
+    /// [`Engine::order_summaries`] does; every other order's row is its
+    /// mirror, so the store filters and sorts those and only the window's
+    /// rows are built. Nothing here holds more than the window and the
+    /// orders with acts.
+    pub fn order_page(&self, query: &DeskQuery) -> Result<OrderPage> {
+        let state = self.inner.store.read(sync_state::get)?;
+        let cutoff = stuck_cutoff(&state, now_ms());
+        let words = query.words();
+        let (offset, limit) = (query.offset, query.limit.min(DeskQuery::MAX_LIMIT));
+        Ok(self.inner.store.read(|tx| {
+            let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let flagged = order_flags::dead_lettered(tx)?;
+            let newer = needs_newer_app(tx)?;
+            let held = held_acts(tx)?;
+            let mut by_order: HashMap<Uuid, Vec<pending::Row>> = HashMap::new();
+            // The orders whose row the mirror alone does not give, in a
+            // fixed order (a view's acts are stamped with the time it is
+            // built, so the order they are built in is the order the list
+            // shows them in, and it must not change from page to page):
+            // those with acts by their first act, then the rest by id.
+            let mut build = Vec::new();
+            for row in pending::all(tx)? {
+                if !by_order.contains_key(&row.order_id) {
+                    build.push(row.order_id);
+                }
+                by_order.entry(row.order_id).or_default().push(row);
+            }
+            let mut rest: Vec<Uuid> = newer
+                .iter()
+                .chain(held.iter())
+                .filter(|id| !by_order.contains_key(id))
+                .copied()
+                .collect();
+            rest.sort();
+            rest.dedup();
+            build.extend(rest);
+            let built: HashSet<Uuid> = build.iter().copied().collect();
+            let mut views = Vec::new();
+            for &id in &build {
+                let rows = by_order.remove(&id).unwrap_or_default();
+                let expected = expected_prices::for_order(tx, id)?;
+                let dead = flagged.contains(&id);
+                let Some(mut v) =
+                    view::order_view(orders::get(tx, id)?, &rows, &expected, dead, &me)
+                else {
+                    continue;
+                };
+                mark_held(&mut v, &newer, &held);
+                let s = OrderSummary::of(v, cutoff);
+                if !query.keeps(s.badge, s.order.status) {
+                    continue;
+                }
+                if !words.is_empty() {
+                    let name = customers::get(tx, s.order.customer_id)?.map(|c| c.name);
+                    let o = &s.order;
+                    let po = o.customer_po.as_deref();
+                    if !view::desk_search_hits(
+                        &words,
+                        name.as_deref(),
+                        po,
+                        o.notes.as_deref(),
+                        o.id,
+                    ) {
+                        continue;
+                    }
+                }
+                views.push(s);
+            }
+            views.sort_by(|a, b| {
+                desk_order(
+                    a.order.updated_at,
+                    a.order.id,
+                    b.order.updated_at,
+                    b.order.id,
+                )
+            });
+            let mut views = views.into_iter().peekable();
+
+            let mut page = Placer::new(offset, limit, query.selected);
+            // Mirror-only orders are synced (no acts): none passes another badge.
+            if query.badge.is_none_or(|b| b == view::Badge::Synced) {
+                orders::each_desk_head(tx, query.status, |h| {
+                    if built.contains(&h.id) {
+                        return Ok(());
+                    }
+                    if !view::desk_search_hits(
+                        &words,
+                        h.customer_name.as_deref(),
+                        h.customer_po.as_deref(),
+                        h.notes.as_deref(),
+                        h.id,
+                    ) {
+                        return Ok(());
+                    }
+                    while let Some(v) = views.next_if(|v| {
+                        desk_order(v.order.updated_at, v.order.id, h.updated_at, h.id).is_lt()
+                    }) {
+                        page.place(v.order.id, Slot::Built(Box::new(v)));
+                    }
+                    page.place(h.id, Slot::Mirror(h.id));
+                    Ok(())
+                })?;
+            }
+            for v in views {
+                page.place(v.order.id, Slot::Built(Box::new(v)));
+            }
+            let mut rows = Vec::with_capacity(page.window.len());
+            for slot in page.window {
+                match slot {
+                    Slot::Built(s) => rows.push(*s),
+                    Slot::Mirror(id) => {
+                        let dead = flagged.contains(&id);
+                        let v =
+                            view::order_view(orders::get(tx, id)?, &[], &HashMap::new(), dead, &me);
+                        rows.extend(v.map(|v| OrderSummary::of(v, cutoff)));
+                    }
+                }
+            }
+            Ok(OrderPage {
+                total: page.total,
+                offset,
+                rows,
+                selected_index: page.selected_index,
+            })
+        })?)
     }
 
     pub fn order(&self, order_id: Uuid) -> Result<Option<OrderView>> {

@@ -4,7 +4,8 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::model::{Line, Order, OrderStatus};
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, OptionalExtension, Transaction};
 use uuid::Uuid;
 
 use super::{Migration, StoreError, StoreResult};
@@ -54,6 +55,26 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     ),
 ];
 
+/// `o`'s header as the `orders` columns `id` … `created_at`, in that order
+/// (`?1` … `?13` of [`upsert`] and [`insert_new`]).
+fn header_columns(o: &Order) -> [Value; 13] {
+    [
+        Value::Text(o.id.to_string()),
+        Value::Text(o.customer_id.to_string()),
+        o.customer_po.clone().into(),
+        o.ship_window_start.map(|d| d.to_string()).into(),
+        o.ship_window_end.map(|d| d.to_string()).into(),
+        o.notes.clone().into(),
+        Value::Text(o.status.as_str().to_owned()),
+        Value::Integer(o.version),
+        o.invoice_id.map(|i| i.to_string()).into(),
+        Value::Text(o.updated_at.to_rfc3339()),
+        Value::Text(o.updated_by.to_string()),
+        Value::Text(o.updated_by_name.clone()),
+        Value::Text(o.created_at.to_rfc3339()),
+    ]
+}
+
 /// Stores `o` unless the mirror already holds a newer version (a replayed
 /// answer can carry an old document). Returns whether it was stored.
 pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
@@ -77,21 +98,7 @@ pub fn upsert(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
                 updated_by = excluded.updated_by, updated_by_name = excluded.updated_by_name,
                 created_at = excluded.created_at",
     )?
-    .execute(params![
-        o.id.to_string(),
-        o.customer_id.to_string(),
-        o.customer_po,
-        o.ship_window_start.map(|d| d.to_string()),
-        o.ship_window_end.map(|d| d.to_string()),
-        o.notes,
-        o.status.as_str(),
-        o.version,
-        o.invoice_id.map(|i| i.to_string()),
-        o.updated_at.to_rfc3339(),
-        o.updated_by.to_string(),
-        o.updated_by_name,
-        o.created_at.to_rfc3339(),
-    ])?;
+    .execute(params_from_iter(header_columns(o)))?;
     let id = o.id.to_string();
     tx.prepare_cached("delete from order_lines where order_id = ?1")?
         .execute([&id])?;
@@ -112,21 +119,7 @@ pub fn insert_new(tx: &Transaction<'_>, o: &Order) -> StoreResult<bool> {
              values (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
              on conflict (id) do nothing",
         )?
-        .execute(params![
-            id,
-            o.customer_id.to_string(),
-            o.customer_po,
-            o.ship_window_start.map(|d| d.to_string()),
-            o.ship_window_end.map(|d| d.to_string()),
-            o.notes,
-            o.status.as_str(),
-            o.version,
-            o.invoice_id.map(|i| i.to_string()),
-            o.updated_at.to_rfc3339(),
-            o.updated_by.to_string(),
-            o.updated_by_name,
-            o.created_at.to_rfc3339(),
-        ])?;
+        .execute(params_from_iter(header_columns(o)))?;
     if inserted == 0 {
         return Ok(false);
     }
@@ -288,4 +281,47 @@ pub fn list(tx: &Transaction<'_>) -> StoreResult<Vec<Order>> {
     ))?;
     let rows = stmt.query_map([], raw)?.collect::<Result<Vec<_>, _>>()?;
     rows.into_iter().map(|r| order(tx, r)).collect()
+}
+
+/// What the desk's list needs of a mirrored order to filter, search and
+/// place it, before it builds the row: no lines, nothing else.
+#[derive(Debug, Clone)]
+pub struct DeskHead {
+    pub id: Uuid,
+    pub updated_at: DateTime<Utc>,
+    /// The customer's name as mirrored (None: the customer is not).
+    pub customer_name: Option<String>,
+    pub customer_po: Option<String>,
+    pub notes: Option<String>,
+}
+
+/// Every mirrored order (in `status` when given) in the desk's order, newest
+/// change first (ties by id), handed to `f` one at a time so the caller
+/// holds none it does not keep.
+pub fn each_desk_head(
+    tx: &Transaction<'_>,
+    status: Option<OrderStatus>,
+    mut f: impl FnMut(DeskHead) -> StoreResult<()>,
+) -> StoreResult<()> {
+    // `updated_at` is stored as RFC 3339 in UTC (`+00:00`, 0/3/6/9 fraction
+    // digits), whose text order is its time order.
+    let mut stmt = tx.prepare_cached(
+        "select o.id, o.updated_at, c.name, o.customer_po, o.notes
+           from orders o left join customers c on c.id = o.customer_id
+          where ?1 is null or o.status = ?1
+          order by o.updated_at desc, o.id",
+    )?;
+    let mut rows = stmt.query([status.map(|s| s.as_str())])?;
+    while let Some(r) = rows.next()? {
+        let id: String = r.get(0)?;
+        let updated_at: String = r.get(1)?;
+        f(DeskHead {
+            id: uuid(&id, "order id")?,
+            updated_at: time(&updated_at)?,
+            customer_name: r.get(2)?,
+            customer_po: r.get(3)?,
+            notes: r.get(4)?,
+        })?;
+    }
+    Ok(())
 }

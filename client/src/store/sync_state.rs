@@ -282,15 +282,20 @@ pub fn pushed(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
     Ok(())
 }
 
-/// A pass reached the server and finished: the backoff resets.
-pub fn succeeded(tx: &Transaction<'_>, at: i64) -> StoreResult<()> {
+/// A pass reached the server and finished: the backoff resets. `online`
+/// false leaves the connectivity as it is: the live stream was lost while
+/// the pass ran, so its answers prove nothing about now.
+pub fn succeeded(tx: &Transaction<'_>, at: i64, online: bool) -> StoreResult<()> {
     tx.prepare_cached(
         "update sync_state set last_synced_at = ?1, failures = 0, next_attempt_at = null,
-                last_error = null, online = 1,
-                online_since = case when online = 1 then coalesce(online_since, ?1) else ?1 end
+                last_error = case when ?2 then null else last_error end,
+                online = case when ?2 then 1 else online end,
+                online_since = case when not ?2 then online_since
+                                    when online = 1 then coalesce(online_since, ?1)
+                                    else ?1 end
           where id = 1",
     )?
-    .execute(params![at])?;
+    .execute(params![at, online])?;
     Ok(())
 }
 
@@ -341,4 +346,55 @@ pub fn reset_backoff(tx: &Transaction<'_>) -> StoreResult<()> {
     ))?
     .execute([])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn a_pass_that_outlived_a_lost_stream_does_not_claim_online() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("desk.db")).expect("open");
+        store
+            .write(|tx| succeeded(tx, 1_000, true))
+            .expect("first pass");
+        let state = store.write(get).expect("state");
+        assert_eq!(state.online, Some(true));
+        assert_eq!(state.online_since, Some(1_000));
+
+        // The stream went down (as `stream_lost` records it for a signed-in
+        // desk), then a pass begun before that finished.
+        store
+            .write(|tx| {
+                tx.execute(
+                    "update sync_state set online = 0, online_since = null, last_error = 'gone'",
+                    [],
+                )?;
+                succeeded(tx, 2_000, false)
+            })
+            .expect("late pass");
+        let state = store.write(get).expect("state");
+        assert_eq!(state.online, Some(false), "still offline");
+        assert_eq!(state.online_since, None);
+        assert_eq!(
+            state.last_error.as_deref(),
+            Some("gone"),
+            "the loss is kept"
+        );
+        assert_eq!(
+            state.last_synced_at,
+            Some(2_000),
+            "the pass itself is recorded"
+        );
+
+        store
+            .write(|tx| succeeded(tx, 3_000, true))
+            .expect("a pass after the loss");
+        let state = store.write(get).expect("state");
+        assert_eq!(state.online, Some(true));
+        assert_eq!(state.online_since, Some(3_000));
+        assert_eq!(state.last_error, None);
+    }
 }

@@ -27,6 +27,7 @@
  * | `sync_now`          | —                                                                  | `null`                       | `connectivity_returned` (forgets the backoff, wakes the loop) |
  * | `list_orders`       | —                                                                  | `OrderView[]`                | `orders` |
  * | `list_order_summaries` | —                                                               | `OrderSummary[]`             | `order_summaries` |
+ * | `list_order_page`   | `query: DeskQuery`                                                 | `OrderPage`                  | `order_page` (the desk's window: filtered, searched, counted by the engine) |
  * | `get_order`         | `orderId`                                                          | `OrderView \| null`          | `order` |
  * | `create_order`      | `header: NewOrder`                                                 | `string` (the new order id)  | `create_order` |
  * | `edit_order`        | `orderId, set: OrderHeaderSet`                                     | `string` (idempotency key)   | `edit_order` |
@@ -97,6 +98,8 @@ import type { OrderHeaderSet } from './generated/OrderHeaderSet';
 import type { OrderHistory } from './generated/OrderHistory';
 import type { OrderStatus } from './generated/OrderStatus';
 import type { OrderSummary } from './generated/OrderSummary';
+import type { OrderPage } from './generated/OrderPage';
+import type { DeskQuery } from './generated/DeskQuery';
 import type { OrderView } from './generated/OrderView';
 import type { PendingMark } from './generated/PendingMark';
 import type { PendingStatus } from './generated/PendingStatus';
@@ -137,6 +140,8 @@ export type {
   OrderHistory,
   OrderStatus,
   OrderSummary,
+  OrderPage,
+  DeskQuery,
   OrderView,
   PendingMark,
   PendingStatus,
@@ -227,6 +232,8 @@ export interface Backend {
   listOrders(): Promise<OrderView[]>;
   /** The desk's rows (see {@link OrderSummary}). */
   listOrderSummaries(): Promise<OrderSummary[]>;
+  /** One window of the desk's list (see {@link DeskQuery}, {@link OrderPage}): the UI never holds every order's row. */
+  listOrderPage(query: DeskQuery): Promise<OrderPage>;
   getOrder(orderId: Uuid): Promise<OrderView | null>;
   createOrder(header: NewOrder): Promise<Uuid>;
   editOrder(orderId: Uuid, set: OrderHeaderSet): Promise<string>;
@@ -286,6 +293,7 @@ export const COMMANDS = {
   syncNow: 'sync_now',
   listOrders: 'list_orders',
   listOrderSummaries: 'list_order_summaries',
+  listOrderPage: 'list_order_page',
   getOrder: 'get_order',
   createOrder: 'create_order',
   editOrder: 'edit_order',
@@ -341,6 +349,7 @@ export function createTauriBackend(
     syncNow: () => call(C.syncNow),
     listOrders: () => call(C.listOrders),
     listOrderSummaries: () => call(C.listOrderSummaries),
+    listOrderPage: (query) => call(C.listOrderPage, { query }),
     getOrder: (orderId) => call(C.getOrder, { orderId }),
     createOrder: (header) => call(C.createOrder, { header }),
     editOrder: (orderId, set) => call(C.editOrder, { orderId, set }),

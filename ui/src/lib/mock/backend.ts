@@ -29,6 +29,8 @@ import type {
   Order,
   OrderHeaderSet,
   OrderSummary,
+  OrderPage,
+  DeskQuery,
   OrderView,
   PendingEntry,
   Profile,
@@ -333,6 +335,30 @@ export class MockBackend implements Backend {
   async listOrderSummaries(): Promise<OrderSummary[]> {
     const cutoff = stuckCutoff(this.state, this.now());
     return (await this.listOrders()).map((v) => orderSummary(v, cutoff));
+  }
+
+  /** The engine's `order_page`, over every summary (the mock's desks are small). */
+  async listOrderPage(query: DeskQuery): Promise<OrderPage> {
+    const names = new Map([...this.server.customers].map((c) => [c.id, c.name]));
+    const words = query.q.toLowerCase().split(/\s+/).filter((w) => w);
+    const shown = (await this.listOrderSummaries())
+      .filter((v) => (query.badge === null || v.badge === query.badge) && (query.status === null || v.order.status === query.status))
+      .filter((v) => {
+        const o = v.order;
+        const hay = [names.get(o.customer_id) ?? 'Unknown customer', o.customer_po ?? '', o.notes ?? '', o.id].join(' ').toLowerCase();
+        return words.every((w) => hay.includes(w));
+      })
+      .sort((a, b) => {
+        const [x, y] = [Date.parse(a.order.updated_at), Date.parse(b.order.updated_at)];
+        return y - x || (a.order.id < b.order.id ? -1 : a.order.id > b.order.id ? 1 : 0);
+      });
+    const at = shown.findIndex((v) => v.order.id === query.selected);
+    return {
+      total: shown.length,
+      offset: query.offset,
+      rows: shown.slice(query.offset, query.offset + Math.min(query.limit, 1000)),
+      selected_index: at < 0 ? null : at,
+    };
   }
 
   async getOrder(orderId: Uuid): Promise<OrderView | null> {
