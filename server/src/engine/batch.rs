@@ -6,12 +6,18 @@
 //! `MAX_TX_TIME`, so a batch never holds a hot SKU's row lock for long. Each
 //! such chunk is applied one of two ways:
 //!
-//! * **Straight** (first): no savepoints. Each item claims its key (one
-//!   statement, its `lock_timeout` bound set and lifted inside it, see
-//!   `idempotency::claim_in_tx`) and runs its handler; the chunk's answers
-//!   are stored on their key rows in one statement just before the commit.
-//!   Per item that is 5 round trips fewer than a savepoint, a bound, a reset,
-//!   a store and a release around the same work.
+//! * **Straight** (first): no savepoints. The chunk's keys are claimed a
+//!   run of items at a time, each run in one statement
+//!   (`idempotency::claim_many_in_tx`: the key of every item that will run
+//!   unless an earlier item of the chunk fails on its order; the
+//!   `lock_timeout` bound set and lifted inside it; a run as long as fits
+//!   in what is left of `MAX_TX_TIME` at the pace seen so far, so the chunk
+//!   ends on time where every claimed item has run), then
+//!   each item runs its handler, or is answered from what the claim read (a
+//!   replay, `idempotency_key_reused`); the chunk's answers are stored on
+//!   their key rows in one statement just before the commit. Per item only
+//!   the handler's own statements remain: no savepoint and release, and
+//!   no claim or store of its own.
 //! * **With a savepoint per item** (the fallback): exactly the engine as a
 //!   REST call runs it, each item undone alone when it must be.
 //!
@@ -24,7 +30,9 @@
 //!   length, role, route, body: `engine::parse_item` and `engine::check`) —
 //!   nothing was executed;
 //! * its key was already answered (a replay, or `idempotency_key_reused`) —
-//!   the claim inserted nothing and the stored answer was only read;
+//!   the claim inserted nothing and the stored answer was only read (a key
+//!   whose holder committed while the chunk's claim waited on it is read
+//!   again by the item alone, `idempotency::claim_in_tx`);
 //! * its key was claimed and the handler's answer is kept (a success or a
 //!   stored rejection) — these are the item's effects, as in a REST call; a
 //!   stored rejection is decided before the handler's first write, so it
@@ -42,6 +50,8 @@
 //! * the claim's wait for a key held by a running request timed out — that
 //!   error aborts the transaction (the fallback answers `request_in_flight`
 //!   after the same bounded wait);
+//! * a key claimed up front whose item did not run: an item blocked (424)
+//!   by an earlier item of the chunk on its order;
 //! * a claimed key whose answer is not stored (a 404 or 400 the handler
 //!   found) — the key row must not commit, and undoing it is a savepoint's
 //!   job (the request role may not delete keys);
@@ -64,7 +74,7 @@ use holdfast_protocol::problem::{Problem, ProblemCode};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use super::idempotency::{self, Claim};
+use super::idempotency::{self, Claim, ManyClaim};
 use holdfast_protocol::mutation::Mutation;
 
 use super::{
@@ -88,10 +98,11 @@ pub async fn push(
     let items: Vec<Item> = items.iter().map(Item::new).collect();
     let mut results = Vec::with_capacity(items.len());
     let mut failed = Failed::new();
+    let mut pace = None;
     while results.len() < items.len() {
         let rest = &items[results.len()..];
         let before = failed.clone();
-        let answers = match straight_chunk(db, caller, rest, &mut failed).await? {
+        let answers = match straight_chunk(db, caller, rest, &mut failed, &mut pace).await? {
             Ok(answers) => answers,
             Err(redo) => {
                 failed = before;
@@ -127,6 +138,36 @@ impl Item {
     }
 }
 
+/// Items whose keys a straight chunk claims in its first statement when
+/// there is no pace yet to size it by.
+const FIRST_CLAIM: usize = 25;
+/// The fewest items a later claim of a straight chunk takes.
+const MIN_CLAIM: usize = 4;
+
+/// How many items from `at` a straight chunk begun at `started` claims
+/// next: as many as fit in what is left of `MAX_TX_TIME` at the pace seen
+/// so far (this chunk's, or the last one's for its first claim), at least
+/// `MIN_CLAIM`; `None` when the time is up (commit).
+fn next_claim(at: usize, started: Instant, pace: Option<Duration>) -> Option<usize> {
+    let elapsed = started.elapsed();
+    if at > 0 && elapsed >= MAX_TX_TIME {
+        return None;
+    }
+    let pace = if at > 0 {
+        Some(elapsed / at as u32)
+    } else {
+        pace
+    };
+    Some(
+        match pace {
+            None => FIRST_CLAIM,
+            Some(pace) if pace.is_zero() => MAX_ITEMS_PER_TX,
+            Some(pace) => ((MAX_TX_TIME - elapsed).as_nanos() / pace.as_nanos()) as usize,
+        }
+        .max(MIN_CLAIM),
+    )
+}
+
 /// Why a straight attempt was abandoned, and at which item of the chunk.
 struct Redo {
     at: usize,
@@ -159,42 +200,85 @@ fn note(failed: &mut Failed, hint: Option<Uuid>, key: &str, outcome: &Outcome) {
 
 /// One chunk from the front of `items` without savepoints; its answers once
 /// committed, or `Err(Redo)` after rolling it back (see the module docs).
+/// Its keys are claimed a few items at a time (`next_claim`), so that the
+/// chunk can end at `MAX_TX_TIME` where every claimed item has run; `pace`
+/// is the time per item, carried from one chunk to the next.
 async fn straight_chunk(
     db: &PgPool,
     caller: &Caller,
     items: &[Item],
     failed: &mut Failed,
+    pace: &mut Option<Duration>,
 ) -> anyhow::Result<Result<Vec<PushResult>, Redo>> {
+    let chunk = &items[..items.len().min(MAX_ITEMS_PER_TX)];
     let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
     let started = Instant::now();
+    let mut claims = Claims::default();
+    let mut claimed_to = 0;
     let mut answers = Vec::new();
     let mut to_store = ToStore::default();
-    for (at, item) in items.iter().enumerate() {
-        if chunk_full(at, started) {
-            break;
+    for (at, item) in chunk.iter().enumerate() {
+        if at == claimed_to {
+            let Some(n) = next_claim(at, started, *pace) else {
+                break;
+            };
+            claimed_to = chunk.len().min(at + n);
+            let claimed =
+                claim_chunk(&mut tx, caller, &chunk[at..claimed_to], failed, &mut claims).await;
+            let reason = match claimed {
+                Ok(true) => None,
+                Ok(false) => Some("key held by a running request"),
+                Err(e) if crate::error::is_unavailable(&e) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = format!("{e:#}"), "claiming a chunk's keys failed");
+                    Some("unexpected error")
+                }
+            };
+            if let Some(reason) = reason {
+                tx.rollback().await?;
+                return Ok(Err(Redo { at, reason }));
+            }
         }
         let outcome = match (blocked(failed, item.order), &item.request) {
             (Some(outcome), _) => outcome,
             (None, Err(outcome)) => outcome.clone(),
-            (None, Ok(req)) => match straight_item(&mut tx, caller, req, &mut to_store).await {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(reason)) => {
-                    tx.rollback().await?;
-                    return Ok(Err(Redo { at, reason }));
+            (None, Ok(req)) => {
+                match straight_item(&mut tx, caller, req, &mut claims.found, &mut to_store).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(reason)) => {
+                        tx.rollback().await?;
+                        return Ok(Err(Redo { at, reason }));
+                    }
+                    Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(error = format!("{e:#}"), key = %item.key, "batch item failed");
+                        tx.rollback().await?;
+                        return Ok(Err(Redo {
+                            at,
+                            reason: "unexpected error",
+                        }));
+                    }
                 }
-                Err(e) if crate::error::unavailable_cause(&e).is_some() => return Err(e),
-                Err(e) => {
-                    tracing::warn!(error = format!("{e:#}"), key = %item.key, "batch item failed");
-                    tx.rollback().await?;
-                    return Ok(Err(Redo {
-                        at,
-                        reason: "unexpected error",
-                    }));
-                }
-            },
+            }
         };
         note(failed, item.order, &item.key, &outcome);
         answers.push(result(item.key.clone(), &outcome));
+    }
+    if !answers.is_empty() {
+        *pace = Some(started.elapsed() / answers.len() as u32);
+    }
+    // A key claimed up front whose item did not run (an item blocked by an
+    // earlier one of the chunk) must not commit its empty row.
+    if claims
+        .found
+        .values()
+        .any(|c| matches!(c, ManyClaim::Claimed))
+    {
+        tx.rollback().await?;
+        return Ok(Err(Redo {
+            at: 0,
+            reason: "claimed key left unanswered",
+        }));
     }
     if !to_store.keys.is_empty() {
         let stored = idempotency::store_many_in_tx(
@@ -220,6 +304,60 @@ async fn straight_chunk(
     }
     tx.commit().await?;
     Ok(Ok(answers))
+}
+
+/// The keys a straight chunk has claimed so far: what the claims found
+/// (an entry leaves `found` once its item runs) and every key sent.
+#[derive(Default)]
+struct Claims {
+    found: HashMap<String, ManyClaim>,
+    sent: std::collections::HashSet<String>,
+}
+
+/// Claims, in one statement, the keys of `part` (the next items of a
+/// chunk): of every item that will run unless an earlier item of the chunk
+/// fails on its order (it is not blocked now, its request parsed and passes
+/// the checks that need no database), each key once per chunk (its first
+/// such item's fingerprint; a later item with the same key is judged from
+/// the kept answers or the stored row, with its own fingerprint; a key
+/// claimed earlier in the chunk is not sent again: the statement would read
+/// this transaction's own empty row). `false`: a key is held by a running
+/// request past the bound, and the transaction is aborted.
+async fn claim_chunk(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    part: &[Item],
+    failed: &Failed,
+    claims: &mut Claims,
+) -> Result<bool, sqlx::Error> {
+    let mut keys = Vec::new();
+    let mut fingerprints = Vec::new();
+    for item in part {
+        let Ok(req) = &item.request else { continue };
+        if blocked(failed, item.order).is_some() || check(caller, req).is_err() {
+            continue;
+        }
+        if claims.sent.insert(req.key.as_str().to_owned()) {
+            keys.push(req.key.as_str().to_owned());
+            fingerprints.push(req.fingerprint.clone());
+        }
+    }
+    if keys.is_empty() {
+        return Ok(true);
+    }
+    let found = idempotency::claim_many_in_tx(
+        conn,
+        caller.tenant_id,
+        &keys,
+        &fingerprints,
+        KEY_LOCK_TIMEOUT,
+    )
+    .await?;
+    let Some(found) = found else {
+        return Ok(false);
+    };
+    claims.found.extend(keys.into_iter().zip(found));
+    Ok(true)
 }
 
 /// The answers a straight chunk has kept, stored on their key rows in one
@@ -256,28 +394,44 @@ impl ToStore {
 }
 
 /// One item without a savepoint: its answer when the transaction now holds
-/// exactly its effects, or why the chunk must be redone.
+/// exactly its effects, or why the chunk must be redone. Its key was
+/// claimed with the chunk's (`claims`; taken out once this item runs, so a
+/// later item with the same key finds the kept answer in `to_store`), or is
+/// claimed now when that claim could not tell (`ManyClaim::Unknown`).
 async fn straight_item(
     conn: &mut PgConnection,
     caller: &Caller,
     req: &Request,
+    claims: &mut HashMap<String, ManyClaim>,
     to_store: &mut ToStore,
 ) -> anyhow::Result<Result<Outcome, &'static str>> {
     if let Err(outcome) = check(caller, req) {
         return Ok(Ok(outcome));
     }
-    let claim = match to_store.claim(req.key.as_str(), &req.fingerprint) {
+    let key = req.key.as_str();
+    let claim = match to_store.claim(key, &req.fingerprint) {
         Some(claim) => claim,
-        None => {
-            idempotency::claim_in_tx(
-                conn,
-                caller.tenant_id,
-                &req.key,
-                &req.fingerprint,
-                KEY_LOCK_TIMEOUT,
-            )
-            .await?
-        }
+        None => match claims.get(key) {
+            Some(ManyClaim::Claimed) => {
+                claims.remove(key);
+                Claim::Claimed
+            }
+            Some(ManyClaim::Answered {
+                fingerprint,
+                status,
+                body,
+            }) => idempotency::resolve(&req.fingerprint, fingerprint, *status, body.clone()),
+            Some(ManyClaim::Unknown) | None => {
+                idempotency::claim_in_tx(
+                    conn,
+                    caller.tenant_id,
+                    &req.key,
+                    &req.fingerprint,
+                    KEY_LOCK_TIMEOUT,
+                )
+                .await?
+            }
+        },
     };
     if matches!(claim, Claim::InFlight) {
         return Ok(Err("key held by a running request"));
@@ -288,7 +442,7 @@ async fn straight_item(
     }
     match run_handler(conn, caller, &req.key, req.mutation.clone()).await? {
         Step::Keep(outcome) => {
-            to_store.push(req.key.as_str(), req.fingerprint.clone(), &outcome);
+            to_store.push(key, req.fingerprint.clone(), &outcome);
             Ok(Ok(outcome))
         }
         Step::Discard(_) => Ok(Err("claimed key with an unstored answer")),

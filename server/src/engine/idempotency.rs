@@ -76,6 +76,90 @@ pub async fn claim_in_tx(
     Ok(resolve(fingerprint, &stored_fingerprint, status, body))
 }
 
+/// What [`claim_many_in_tx`] found for one key.
+pub enum ManyClaim {
+    /// Ours, inserted by this statement: run the mutation.
+    Claimed,
+    /// Answered already: the stored fingerprint, status and body, for
+    /// [`resolve`] to judge against each request sent with this key.
+    Answered {
+        fingerprint: String,
+        status: i16,
+        body: Vec<u8>,
+    },
+    /// Neither inserted nor readable in this statement's snapshot: a
+    /// transaction holding it committed while the insert waited on it. The
+    /// caller reads it again (see [`claim_in_tx`]).
+    Unknown,
+}
+
+/// [`claim_in_tx`] for many keys in one statement (a batch push's chunk):
+/// `keys` must be distinct; the answer is in their order. Each key is inserted, or found answered; the
+/// wait on a key held by a running request is bounded by `lock_timeout` as
+/// in [`claim_in_tx`] (its error, `Ok(None)` here, aborts the transaction),
+/// and the bound is lifted to `ROW_LOCK_TIMEOUT` once every key is in: the
+/// aggregate over the inserted rows yields its one row (and runs its
+/// `set_config`) only after the insert has finished. The stored answers are
+/// read in the statement's snapshot, taken before any wait, so a key whose
+/// holder committed during the wait is found in neither: `Unknown`.
+pub async fn claim_many_in_tx(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    keys: &[String],
+    fingerprints: &[String],
+    lock_timeout: &str,
+) -> Result<Option<Vec<ManyClaim>>, sqlx::Error> {
+    debug_assert_eq!(keys.len(), fingerprints.len());
+    type Row = (String, bool, Option<String>, Option<i16>, Option<Vec<u8>>);
+    let rows: Result<Vec<Row>, sqlx::Error> = sqlx::query_as(
+        "with ins as (
+             insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
+             select $1, v.key, v.fingerprint, 0, ''::bytea
+               from unnest($2::text[], $3::text[]) as v(key, fingerprint)
+              where set_config('lock_timeout', $4, true) is not null
+             on conflict (tenant_id, key) do nothing
+             returning key
+         ), done as materialized (
+             select coalesce(array_agg(key), '{}') as keys,
+                    set_config('lock_timeout', $5, true) as reset
+               from ins
+         )
+         select v.key, v.key = any(d.keys), k.fingerprint, k.status_code, k.response_body
+           from done d
+          cross join unnest($2::text[]) as v(key)
+           left join idempotency_keys k on k.tenant_id = $1 and k.key = v.key",
+    )
+    .bind(tenant_id)
+    .bind(keys)
+    .bind(fingerprints)
+    .bind(lock_timeout)
+    .bind(super::ROW_LOCK_TIMEOUT)
+    .fetch_all(&mut *conn)
+    .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut found: std::collections::HashMap<String, Row> =
+        rows.into_iter().map(|row| (row.0.clone(), row)).collect();
+    let claims = keys
+        .iter()
+        .map(|key| match found.remove(key) {
+            Some((_, true, _, _, _)) => ManyClaim::Claimed,
+            Some((_, false, Some(fingerprint), Some(status), Some(body))) => ManyClaim::Answered {
+                fingerprint,
+                status,
+                body,
+            },
+            _ => ManyClaim::Unknown,
+        })
+        .collect();
+    Ok(Some(claims))
+}
+
 /// Whose request a [`claim_bound_in_tx`] claims for, and whether the
 /// caller still has to be proved (an identity from the token cache).
 pub struct ClaimFor<'a> {

@@ -261,3 +261,96 @@ async fn push_falls_back_to_savepoints_without_changing_answers(db: PgPool) {
     }
     assert_ledgers_match_positions(&db).await;
 }
+
+/// A chunk's keys are claimed in one statement: replayed and reused keys are
+/// answered from what it read, a second item on one order that conflicts
+/// answers 409 with the current document, all without the savepoint
+/// fallback; a later item blocked by it (its key claimed up front) sends the
+/// chunk to the fallback, which answers the same and leaves its key free.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn push_claims_a_chunk_at_once(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let austin = demo::customer_id("acme", "Austin Boutique");
+    let redone = || crate::monitoring::sample(&s, "holdfast_push_chunks_redone_total");
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let create_a = json!({"idempotency_key": "s-a", "method": "POST", "path": "/v1/orders",
+                          "body": {"id": a, "customer_id": austin}});
+    let (status, first) = s.push(&dana, json!([create_a])).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let patch_b = |key: &str, notes: &str| {
+        json!({"idempotency_key": key, "method": "PATCH", "path": format!("/v1/orders/{b}"),
+               "body": {"base_version": 1, "set": {"notes": notes}}})
+    };
+    let (status, out) = s
+        .push(
+            &dana,
+            json!([
+                create_a,
+                {"idempotency_key": "s-a", "method": "POST", "path": "/v1/orders",
+                 "body": {"id": Uuid::now_v7(), "customer_id": austin}},
+                {"idempotency_key": "s-b", "method": "POST", "path": "/v1/orders",
+                 "body": {"id": b, "customer_id": austin}},
+                patch_b("s-b1", "first"),
+                patch_b("s-b2", "second"),
+                {"idempotency_key": "s-c", "method": "POST", "path": "/v1/orders",
+                 "body": {"id": c, "customer_id": austin}},
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let r = out["results"].as_array().expect("results");
+    let statuses: Vec<i64> = r.iter().map(|r| r["status"].as_i64().expect("s")).collect();
+    assert_eq!(statuses, [201, 422, 201, 200, 409, 201], "{out}");
+    assert_eq!(r[0]["replayed"], true);
+    assert_eq!(
+        r[0]["body"], first["results"][0]["body"],
+        "replayed as stored"
+    );
+    assert_eq!(r[1]["body"]["code"], "idempotency_key_reused");
+    assert_eq!(r[4]["body"]["code"], "version_conflict");
+    assert_eq!(
+        r[4]["body"]["current"], r[3]["body"],
+        "the current document"
+    );
+    assert_eq!(redone().await, 0.0, "no chunk applied again");
+
+    // Each stored answer replays byte-identical through REST.
+    let replay = s
+        .mutate(
+            &dana,
+            Method::PATCH,
+            &format!("/v1/orders/{b}"),
+            "s-b2",
+            &json!({"base_version": 1, "set": {"notes": "second"}}),
+        )
+        .await;
+    assert!(replay.replayed());
+    assert_eq!(replay.json(), r[4]["body"]);
+
+    // An item blocked by an earlier one of its chunk: its key was claimed
+    // with the chunk's, so the chunk is applied again with savepoints.
+    let (status, out) = s
+        .push(
+            &dana,
+            json!([
+                {"idempotency_key": "s-c1", "method": "PATCH", "path": format!("/v1/orders/{c}"),
+                 "body": {"base_version": 7, "set": {"notes": "stale"}}},
+                {"idempotency_key": "s-c2", "method": "PATCH", "path": format!("/v1/orders/{c}"),
+                 "body": {"base_version": 1, "set": {"notes": "fine"}}},
+                patch_b("s-b3", "stale too"),
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let r = out["results"].as_array().expect("results");
+    let statuses: Vec<i64> = r.iter().map(|r| r["status"].as_i64().expect("s")).collect();
+    assert_eq!(statuses, [409, 424, 409], "{out}");
+    assert_eq!(r[1]["body"]["blocked_by"], "s-c1");
+    assert_eq!(redone().await, 1.0);
+    let free: i64 = sqlx::query_scalar("select count(*) from idempotency_keys where key = 's-c2'")
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(free, 0, "the blocked item's key stays free");
+}
