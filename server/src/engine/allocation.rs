@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::lines::over_allocation;
-use super::orders::{load, require_status, ForEdit, ForEditRow};
+use super::orders::{load, require_status, ForEdit, ForEditRow, Held};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;
@@ -35,17 +35,15 @@ pub(crate) async fn allocate(
     order_id: Uuid,
     line_id: Uuid,
     qty: i64,
+    held: &mut Held,
 ) -> Result<Done, Error> {
-    move_line(
-        conn,
-        caller,
-        key,
+    let wanted = Wanted {
         order_id,
         line_id,
         qty,
-        Direction::Allocate,
-    )
-    .await
+        direction: Direction::Allocate,
+    };
+    move_line(conn, caller, key, wanted, held).await
 }
 
 pub(crate) async fn release(
@@ -55,23 +53,29 @@ pub(crate) async fn release(
     order_id: Uuid,
     line_id: Uuid,
     qty: i64,
+    held: &mut Held,
 ) -> Result<Done, Error> {
-    move_line(
-        conn,
-        caller,
-        key,
+    let wanted = Wanted {
         order_id,
         line_id,
         qty,
-        Direction::Release,
-    )
-    .await
+        direction: Direction::Release,
+    };
+    move_line(conn, caller, key, wanted, held).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
     Allocate,
     Release,
+}
+
+/// What a request asks to move: `qty` on a line of an order, one way.
+struct Wanted {
+    order_id: Uuid,
+    line_id: Uuid,
+    qty: i64,
+    direction: Direction,
 }
 
 /// Allocate or release `qty` on one line in two statements (the engine
@@ -95,13 +99,17 @@ async fn move_line(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
-    order_id: Uuid,
-    line_id: Uuid,
-    qty: i64,
-    direction: Direction,
+    wanted: Wanted,
+    held: &mut Held,
 ) -> Result<Done, Error> {
+    let Wanted {
+        order_id,
+        line_id,
+        qty,
+        direction,
+    } = wanted;
     let t = caller.tenant_id;
-    let mut locked = lock_for_move(conn, caller, key, order_id, line_id)
+    let mut locked = lock_for_move(conn, caller, key, order_id, line_id, held)
         .await?
         .ok_or_else(|| Error::not_found("order"))?;
     if let Some(sku_id) = locked.late_sku {
@@ -153,7 +161,6 @@ async fn move_line(
     // lines, version and timestamp after the move are ours to say), goes to
     // the key row in the move itself, with ATS after spliced in by Postgres.
     locked.lines[at].qty_allocated = qty_allocated + delta;
-    let header_version = locked.header.version;
     let order = locked.edited(caller, order_id);
     let answer = Answer::new(&order)?;
     let expected = Moved {
@@ -167,7 +174,7 @@ async fn move_line(
         direction,
         line,
         delta,
-        order_version: header_version,
+        order_version: locked.header.version,
     };
     let moved = folded_move(conn, caller, key, planned, &answer).await?;
     let Some(moved) = moved else {
@@ -216,6 +223,8 @@ async fn move_line(
             expected.updated_by_name
         )));
     }
+    locked.advance();
+    held.keep(order_id, locked);
     Ok(Done::stored(answer.with_ats(moved.ats_after)))
 }
 
@@ -267,13 +276,23 @@ impl Answer {
 /// request already happened, [`ForEdit::late_sku`]): one round trip,
 /// `order_for_move` (migration 20261208100100). `None` when the order is not
 /// in the tenant.
+///
+/// An order in `held` (a batch push's straight chunk edited it already) is
+/// locked and known, and is not read again. Its ledger is not read either:
+/// a late retry's row makes the move's ledger insert fail on its unique key
+/// `(tenant_id, idempotency_key, line_id)`, which aborts the chunk, and the
+/// chunk is applied again with a savepoint per item, where this reads it.
 async fn lock_for_move(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
     order_id: Uuid,
     line_id: Uuid,
+    held: &mut Held,
 ) -> Result<Option<ForEdit>, Error> {
+    if let Some(edit) = held.take(order_id) {
+        return Ok(Some(edit));
+    }
     let rows: Vec<ForEditRow> = sqlx::query_as(
         "select *, null::boolean as sku_active, null::bigint as sku_price
            from order_for_move($1, $2, $3, $4, $5)",

@@ -17,7 +17,9 @@
 //!   replay, `idempotency_key_reused`); the chunk's answers are stored on
 //!   their key rows in one statement just before the commit. Per item only
 //!   the handler's own statements remain: no savepoint and release, and
-//!   no claim or store of its own.
+//!   no claim or store of its own. An order the chunk has edited stays
+//!   locked and known (`orders::Held`), so the next line edit or
+//!   allocation on it is its write alone: one round trip.
 //! * **With a savepoint per item** (the fallback): exactly the engine as a
 //!   REST call runs it, each item undone alone when it must be.
 //!
@@ -75,6 +77,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::idempotency::{self, Claim, ManyClaim};
+use super::orders::Held;
 use holdfast_protocol::mutation::Mutation;
 
 use super::{
@@ -217,6 +220,7 @@ async fn straight_chunk(
     let mut claimed_to = 0;
     let mut answers = Vec::new();
     let mut to_store = ToStore::default();
+    let mut held = Held::default();
     for (at, item) in chunk.iter().enumerate() {
         if at == claimed_to {
             let Some(n) = next_claim(at, started, *pace) else {
@@ -243,7 +247,16 @@ async fn straight_chunk(
             (Some(outcome), _) => outcome,
             (None, Err(outcome)) => outcome.clone(),
             (None, Ok(req)) => {
-                match straight_item(&mut tx, caller, req, &mut claims.found, &mut to_store).await {
+                match straight_item(
+                    &mut tx,
+                    caller,
+                    req,
+                    &mut claims.found,
+                    &mut to_store,
+                    &mut held,
+                )
+                .await
+                {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(reason)) => {
                         tx.rollback().await?;
@@ -404,6 +417,7 @@ async fn straight_item(
     req: &Request,
     claims: &mut HashMap<String, ManyClaim>,
     to_store: &mut ToStore,
+    held: &mut Held,
 ) -> anyhow::Result<Result<Outcome, &'static str>> {
     if let Err(outcome) = check(caller, req) {
         return Ok(Ok(outcome));
@@ -440,7 +454,7 @@ async fn straight_item(
         // A replay or a reused key: the claim inserted nothing.
         return Ok(Ok(outcome));
     }
-    match run_handler(conn, caller, &req.key, req.mutation.clone()).await? {
+    match run_handler(conn, caller, &req.key, req.mutation.clone(), held).await? {
         Step::Keep(outcome) => {
             to_store.push(key, req.fingerprint.clone(), &outcome);
             Ok(Ok(outcome))

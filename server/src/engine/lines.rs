@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::allocation::{release_position_in_tx, LineRef};
 use super::orders::{
     author, bump_announce_query, bump_announce_sql, bump_in_tx, load, lock_at_base, lock_for_edit,
+    Held,
 };
 use super::Done;
 use crate::auth::Caller;
@@ -34,6 +35,7 @@ pub(crate) async fn add_line(
     key: &IdempotencyKey,
     id: Uuid,
     body: AddLine,
+    held: &mut Held,
 ) -> Result<Done, Error> {
     const ADD_AND_ANNOUNCE: &str = bump_announce_sql!(
         "line as (
@@ -44,7 +46,7 @@ pub(crate) async fn add_line(
         "and exists (select from line)"
     );
     let t = caller.tenant_id;
-    let mut edit = lock_for_edit(conn, caller, id, Some(body.sku_id))
+    let mut edit = lock_for_edit(conn, caller, id, Some(body.sku_id), held)
         .await?
         .ok_or_else(|| Error::not_found("order"))?
         .at_base(conn, t, id, body.base_version, &[OrderStatus::Draft])
@@ -80,12 +82,10 @@ pub(crate) async fn add_line(
     .fetch_optional(&mut *conn)
     .await?;
     // The order is locked at the version we checked, so no row means the
-    // insert found the line's id taken (in any order of the tenant).
+    // insert found the line's id taken (in any order of the tenant), and
+    // nothing was written.
     let Some(bumped) = bumped else {
-        return Err(Error::validation(
-            "id",
-            "a line with this id already exists; mint a new id",
-        ));
+        return Err(line_id_taken(conn, t, id, body.id).await);
     };
     edit.lines.push(Line {
         id: body.id,
@@ -94,7 +94,28 @@ pub(crate) async fn add_line(
         qty_allocated: 0,
         unit_price,
     });
-    Done::created(edit.written(caller, id, bumped)?)
+    let order = edit.written(caller, id, bumped)?;
+    held.keep(id, edit);
+    Done::created(order)
+}
+
+/// Why adding line `line` to order `id` wrote nothing: its id is taken, a
+/// rejection; anything else would mean the order moved under its own lock.
+async fn line_id_taken(conn: &mut PgConnection, tenant_id: Uuid, id: Uuid, line: Uuid) -> Error {
+    let taken = sqlx::query_scalar::<_, bool>(
+        "select exists (select from order_lines where tenant_id = $1 and id = $2)",
+    )
+    .bind(tenant_id)
+    .bind(line)
+    .fetch_one(conn)
+    .await;
+    match taken {
+        Ok(true) => Error::validation("id", "a line with this id already exists; mint a new id"),
+        Ok(false) => Error::Internal(anyhow::anyhow!(
+            "order {id} moved under its own lock: adding line {line} wrote nothing"
+        )),
+        Err(e) => e.into(),
+    }
 }
 
 /// Refuses a line quantity that would make the order's total (Σ qty ×
@@ -160,6 +181,7 @@ pub(crate) async fn change_line(
     id: Uuid,
     line_id: Uuid,
     body: ChangeLine,
+    held: &mut Held,
 ) -> Result<Done, Error> {
     const CHANGE_AND_ANNOUNCE: &str = bump_announce_sql!(
         "line as (
@@ -170,7 +192,7 @@ pub(crate) async fn change_line(
         "and exists (select from line)"
     );
     let t = caller.tenant_id;
-    let mut edit = lock_for_edit(conn, caller, id, None)
+    let mut edit = lock_for_edit(conn, caller, id, None, held)
         .await?
         .ok_or_else(|| Error::not_found("order"))?
         .at_base(conn, t, id, body.base_version, &[OrderStatus::Draft])
@@ -215,7 +237,9 @@ pub(crate) async fn change_line(
         ))
     })?;
     edit.lines[at].qty_ordered = body.qty_ordered;
-    Done::ok(edit.written(caller, id, bumped)?)
+    let order = edit.written(caller, id, bumped)?;
+    held.keep(id, edit);
+    Done::ok(order)
 }
 
 pub(crate) async fn remove_line(

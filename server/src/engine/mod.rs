@@ -34,6 +34,7 @@ use sqlx::PgConnection;
 
 use crate::auth::Caller;
 use crate::error::Error;
+use orders::Held;
 
 /// A mutation as it arrived: its key, the mutation it names, and API.md's
 /// fingerprint of the request as sent (method, path, canonical body).
@@ -268,7 +269,7 @@ pub(crate) async fn run_claimed(
     key: &IdempotencyKey,
     mutation: Mutation,
 ) -> Result<Step, anyhow::Error> {
-    let (step, stored) = run_to_step(conn, caller, key, mutation).await?;
+    let (step, stored) = run_to_step(conn, caller, key, mutation, &mut Held::default()).await?;
     if let Step::Keep(outcome) = &step {
         if !stored {
             idempotency::store_in_tx(conn, caller.tenant_id, key, outcome).await?;
@@ -280,14 +281,16 @@ pub(crate) async fn run_claimed(
 /// [`run_claimed`] without storing: `Step::Keep` carries an outcome the
 /// caller must store on the key row before it commits (a batch stores a
 /// chunk's answers in one statement; an answer the handler stored already
-/// is stored again, the same bytes).
+/// is stored again, the same bytes). `held`: the orders this transaction
+/// has edited so far (see [`Held`]).
 pub(crate) async fn run_handler(
     conn: &mut PgConnection,
     caller: &Caller,
     key: &IdempotencyKey,
     mutation: Mutation,
+    held: &mut Held,
 ) -> Result<Step, anyhow::Error> {
-    Ok(run_to_step(conn, caller, key, mutation).await?.0)
+    Ok(run_to_step(conn, caller, key, mutation, held).await?.0)
 }
 
 /// The handler's answer, and whether it is stored on the key row already.
@@ -296,8 +299,9 @@ async fn run_to_step(
     caller: &Caller,
     key: &IdempotencyKey,
     mutation: Mutation,
+    held: &mut Held,
 ) -> Result<(Step, bool), anyhow::Error> {
-    match run(conn, caller, key, mutation).await {
+    match run(conn, caller, key, mutation, held).await {
         Ok(done) => {
             let stored = done.stored.is_some();
             let body = match done.stored {
@@ -331,7 +335,19 @@ async fn run(
     caller: &Caller,
     key: &IdempotencyKey,
     mutation: Mutation,
+    held: &mut Held,
 ) -> Result<Done, Error> {
+    // Only line adds and changes, allocation and release keep `held`
+    // exact; anything else may change an order it holds.
+    if !matches!(
+        mutation,
+        Mutation::AddLine { .. }
+            | Mutation::ChangeLine { .. }
+            | Mutation::Allocate { .. }
+            | Mutation::Release { .. }
+    ) {
+        held.clear();
+    }
     match mutation {
         Mutation::CreateOrder {
             order_id,
@@ -372,7 +388,7 @@ async fn run(
                 qty_ordered,
                 base_version,
             };
-            lines::add_line(conn, caller, key, order_id, line).await
+            lines::add_line(conn, caller, key, order_id, line, held).await
         }
         Mutation::ChangeLine {
             order_id,
@@ -384,7 +400,7 @@ async fn run(
                 base_version,
                 qty_ordered,
             };
-            lines::change_line(conn, caller, key, order_id, line_id, change).await
+            lines::change_line(conn, caller, key, order_id, line_id, change, held).await
         }
         Mutation::RemoveLine {
             order_id,
@@ -395,12 +411,12 @@ async fn run(
             order_id,
             line_id,
             qty,
-        } => allocation::allocate(conn, caller, key, order_id, line_id, qty).await,
+        } => allocation::allocate(conn, caller, key, order_id, line_id, qty, held).await,
         Mutation::Release {
             order_id,
             line_id,
             qty,
-        } => allocation::release(conn, caller, key, order_id, line_id, qty).await,
+        } => allocation::release(conn, caller, key, order_id, line_id, qty, held).await,
         Mutation::Confirm {
             order_id,
             base_version,

@@ -7,6 +7,8 @@
 //! conflict with the key-share locks that foreign-key checks take, so an order
 //! edit holding its order row never waits on a confirm holding the customer.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, NaiveDate, Utc};
 use holdfast_protocol::event::EventType;
 use holdfast_protocol::key::IdempotencyKey;
@@ -26,6 +28,7 @@ use crate::error::Error;
 /// The order row as locked for a decision: the whole header, so a handler
 /// that knows what it changed can answer with the document without reading
 /// it again (allocation does).
+#[derive(Clone)]
 pub(crate) struct Locked {
     pub version: i64,
     pub status: OrderStatus,
@@ -113,6 +116,7 @@ pub(crate) async fn lock_at_base(
 /// 20261209000100, for line edits; `order_for_move`, 20261208100100, for
 /// allocation): the header, the lines in document order, and what the
 /// answer needs besides.
+#[derive(Clone)]
 pub(crate) struct ForEdit {
     pub header: Locked,
     pub lines: Vec<Line>,
@@ -223,30 +227,44 @@ impl ForEdit {
     /// The document once the edit is written: `self.lines` as the edit left
     /// them, the next version, stamped with this transaction's time and the
     /// caller.
-    pub(crate) fn edited(self, caller: &Caller, id: Uuid) -> Order {
-        let header = self.header;
+    pub(crate) fn edited(&self, caller: &Caller, id: Uuid) -> Order {
+        let header = &self.header;
         Order {
             id,
             customer_id: header.customer_id,
-            customer_po: header.customer_po,
+            customer_po: header.customer_po.clone(),
             ship_window_start: header.ship_window_start,
             ship_window_end: header.ship_window_end,
-            notes: header.notes,
+            notes: header.notes.clone(),
             status: header.status,
             version: header.version + 1,
             invoice_id: header.invoice_id,
             total: crate::db::orders::total(&self.lines),
-            lines: self.lines,
+            lines: self.lines.clone(),
             updated_at: self.tx_time,
             updated_by: caller.user_id,
-            updated_by_name: self.user_name,
+            updated_by_name: self.user_name.clone(),
             created_at: header.created_at,
         }
     }
 
+    /// The order as it stands once the edit [`ForEdit::edited`] described
+    /// is written, for the next edit of the same transaction ([`Held`]).
+    pub(crate) fn advance(&mut self) {
+        self.header.version += 1;
+        self.sku = None;
+        self.late_sku = None;
+    }
+
     /// [`ForEdit::edited`], checked against what the edit's statement wrote
     /// (its new version and `updated_at`): the answer is the stored row.
-    pub(crate) fn written(self, caller: &Caller, id: Uuid, bumped: Bumped) -> Result<Order, Error> {
+    /// `self` then stands for the order as written ([`ForEdit::advance`]).
+    pub(crate) fn written(
+        &mut self,
+        caller: &Caller,
+        id: Uuid,
+        bumped: Bumped,
+    ) -> Result<Order, Error> {
         let order = self.edited(caller, id);
         if bumped != (order.version, order.updated_at) {
             return Err(Error::Internal(anyhow::anyhow!(
@@ -257,18 +275,58 @@ impl ForEdit {
                 order.updated_at
             )));
         }
+        self.advance();
         Ok(order)
     }
 }
 
+/// The orders a batch push's straight chunk has locked and edited, each as
+/// its last edit left it. The transaction holds their row locks until it
+/// commits, so nobody else can change them, and the chunk's next line edit
+/// or allocation on the same order starts from here instead of reading it
+/// again: one round trip fewer. Only the edits that keep an order exact
+/// here (line adds and changes, allocation and release) use it; any other
+/// mutation forgets it all first (`engine::run`). A REST call, and each item
+/// of a chunk applied with savepoints, starts with an empty one: a rollback
+/// to a savepoint would leave it ahead of the database.
+#[derive(Default)]
+pub(crate) struct Held(HashMap<Uuid, ForEdit>);
+
+impl Held {
+    /// The order as this transaction's last edit of it left it, if it was
+    /// kept; taken out, so an edit that is refused leaves nothing behind
+    /// (the next one reads the order again).
+    pub(crate) fn take(&mut self, id: Uuid) -> Option<ForEdit> {
+        self.0.remove(&id)
+    }
+
+    /// Keeps an order after an edit's write, as [`ForEdit::written`] (or
+    /// allocation's checked move) left it.
+    pub(crate) fn keep(&mut self, id: Uuid, edit: ForEdit) {
+        self.0.insert(id, edit);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// Locks the order for a line edit and reads what it decides on
-/// ([`ForEdit`]); `sku` is a new line's SKU. `None`: no such order.
+/// ([`ForEdit`]); `sku` is a new line's SKU. An order in `held` is already
+/// locked and known: only the SKU is read. `None`: no such order.
 pub(crate) async fn lock_for_edit(
     conn: &mut PgConnection,
     caller: &Caller,
     id: Uuid,
     sku: Option<Uuid>,
+    held: &mut Held,
 ) -> Result<Option<ForEdit>, Error> {
+    if let Some(mut edit) = held.take(id) {
+        if let Some(sku) = sku {
+            edit.sku = price_for(conn, caller.tenant_id, edit.header.customer_id, sku).await?;
+        }
+        return Ok(Some(edit));
+    }
     let rows: Vec<ForEditRow> =
         sqlx::query_as("select *, null::uuid as late_sku from order_for_edit($1, $2, $3, $4)")
             .bind(caller.tenant_id)
@@ -278,6 +336,31 @@ pub(crate) async fn lock_for_edit(
             .fetch_all(&mut *conn)
             .await?;
     ForEdit::from_rows(rows, caller, id)
+}
+
+/// Whether a SKU is active, and the price a customer pays for it (its price
+/// list, else the SKU's wholesale price), as `order_for_edit` reads them;
+/// `None` when the SKU is not in the tenant.
+async fn price_for(
+    conn: &mut PgConnection,
+    tenant_id: Uuid,
+    customer_id: Uuid,
+    sku_id: Uuid,
+) -> Result<Option<(bool, i64)>, Error> {
+    Ok(sqlx::query_as(
+        "select s.active, coalesce(e.price, s.wholesale_price)
+           from skus s
+           left join customers c on c.tenant_id = s.tenant_id and c.id = $3
+           left join price_list_entries e
+                  on e.tenant_id = s.tenant_id and e.price_list_id = c.price_list_id
+                 and e.sku_id = s.id
+          where s.tenant_id = $1 and s.id = $2",
+    )
+    .bind(tenant_id)
+    .bind(sku_id)
+    .bind(customer_id)
+    .fetch_optional(conn)
+    .await?)
 }
 
 pub(crate) fn require_status(locked: &Locked, allowed: &[OrderStatus]) -> Result<(), Error> {

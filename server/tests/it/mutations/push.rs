@@ -354,3 +354,131 @@ async fn push_claims_a_chunk_at_once(db: PgPool) {
         .expect("count");
     assert_eq!(free, 0, "the blocked item's key stays free");
 }
+
+/// A chunk that edits one order many times reads the order once: each later
+/// line edit or allocation starts from what the one before it wrote (the
+/// order stays locked until the commit). Every answer must still be the
+/// document as stored at that version, and the last one what a read shows.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn push_edits_one_order_many_times_in_a_chunk(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let redone = || crate::monitoring::sample(&s, "holdfast_push_chunks_redone_total");
+    let order = Uuid::now_v7();
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    // Tokyo Distributor's price list prices the Kestrel Overshirt; the
+    // Merlin shirt is at wholesale.
+    let merlin = demo::sku_id("acme", "Merlin Oxford Shirt", "Washed Indigo", "M");
+    let lines = format!("/v1/orders/{order}/lines");
+    let items = json!([
+        {"idempotency_key": "e-create", "method": "POST", "path": "/v1/orders",
+         "body": {"id": order, "customer_id": demo::customer_id("acme", "Tokyo Distributor")}},
+        {"idempotency_key": "e-add-a", "method": "POST", "path": lines,
+         "body": {"id": a, "sku_id": kestrel_m(), "qty_ordered": 3, "base_version": 1}},
+        {"idempotency_key": "e-alloc-a", "method": "POST", "path": allocate_path(order, a), "body": {"qty": 2}},
+        {"idempotency_key": "e-change-a", "method": "PATCH", "path": format!("{lines}/{a}"),
+         "body": {"qty_ordered": 5, "base_version": 3}},
+        {"idempotency_key": "e-add-b", "method": "POST", "path": lines,
+         "body": {"id": b, "sku_id": merlin, "qty_ordered": 2, "base_version": 4}},
+        {"idempotency_key": "e-alloc-b", "method": "POST", "path": allocate_path(order, b), "body": {"qty": 2}},
+        {"idempotency_key": "e-release-a", "method": "POST",
+         "path": format!("/v1/orders/{order}/lines/{a}/release"), "body": {"qty": 1}},
+        {"idempotency_key": "e-change-b", "method": "PATCH", "path": format!("{lines}/{b}"),
+         "body": {"qty_ordered": 6, "base_version": 7}},
+    ]);
+    let (status, out) = s.push(&dana, items.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let results = out["results"].as_array().expect("results");
+    let statuses: Vec<i64> = results
+        .iter()
+        .map(|r| r["status"].as_i64().expect("s"))
+        .collect();
+    assert_eq!(statuses, [201, 201, 200, 200, 201, 200, 200, 200], "{out}");
+    // Applied straight: an order state that went wrong would have failed a
+    // write's compare-and-swap, and the chunk would have been redone.
+    assert_eq!(redone().await, 0.0, "no chunk applied again");
+    // An allocation's answer is {order, ats_after}; the others are the order.
+    let doc = |r: &Value| -> Value {
+        let body = &r["body"];
+        body.get("order").cloned().unwrap_or_else(|| body.clone())
+    };
+    let versions: Vec<i64> = results
+        .iter()
+        .map(|r| doc(r)["version"].as_i64().expect("v"))
+        .collect();
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
+    let (status, stored) = s.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc(&results[7]), stored);
+    let stored_lines: Vec<(i64, i64, i64)> = stored["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|l| {
+            let n = |k: &str| l[k].as_i64().expect("number");
+            (n("qty_ordered"), n("qty_allocated"), n("unit_price"))
+        })
+        .collect();
+    assert_eq!(stored_lines, [(5, 1, 3_800), (6, 2, 3_600)]);
+    assert_eq!(stored["total"], 5 * 3_800 + 6 * 3_600);
+    // Each answer in between is the stored version too: its history entry
+    // exists and names the item's key.
+    let keys: Vec<String> = sqlx::query_scalar(
+        "select idempotency_key from order_history where order_id = $1 order by version",
+    )
+    .bind(order)
+    .fetch_all(&db)
+    .await
+    .expect("history");
+    let sent: Vec<&str> = items
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["idempotency_key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(keys, sent);
+    assert_ledgers_match_positions(&db).await;
+
+    // Sent again, every item replays its answer.
+    let (_, again) = s.push(&dana, items).await;
+    for (first, second) in results
+        .iter()
+        .zip(again["results"].as_array().expect("results"))
+    {
+        assert_eq!(second["replayed"], true);
+        assert_eq!(
+            (&first["status"], &first["body"]),
+            (&second["status"], &second["body"])
+        );
+    }
+
+    // A retry of the allocation whose key row was reaped (the ledger row
+    // outlives it), after another edit of the same order in the chunk: it
+    // is not allocated twice, and answers with the order as it is.
+    sqlx::query("delete from idempotency_keys where key = 'e-alloc-b'")
+        .execute(&db)
+        .await
+        .expect("reap");
+    let before = position(&db, merlin).await;
+    let items = json!([
+        {"idempotency_key": "f-change-a", "method": "PATCH", "path": format!("{lines}/{a}"),
+         "body": {"qty_ordered": 4, "base_version": 8}},
+        {"idempotency_key": "e-alloc-b", "method": "POST", "path": allocate_path(order, b), "body": {"qty": 2}},
+    ]);
+    let (status, out) = s.push(&dana, items).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let results = out["results"].as_array().expect("results");
+    assert_eq!(
+        (results[0]["status"].as_i64(), results[1]["status"].as_i64()),
+        (Some(200), Some(200)),
+        "{out}"
+    );
+    assert_eq!(results[1]["replayed"], true, "{out}");
+    // The ledger's unique key stopped the straight attempt; with a
+    // savepoint per item the late retry was found.
+    assert_eq!(redone().await, 1.0);
+    assert_eq!(results[1]["body"]["order"]["version"], 9);
+    assert_eq!(results[1]["body"]["order"]["lines"][1]["qty_allocated"], 2);
+    assert_eq!(position(&db, merlin).await, before, "allocated once");
+    assert_ledgers_match_positions(&db).await;
+}
