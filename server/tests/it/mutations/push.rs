@@ -437,6 +437,19 @@ async fn push_edits_one_order_many_times_in_a_chunk(db: PgPool) {
         .map(|i| i["idempotency_key"].as_str().expect("key"))
         .collect();
     assert_eq!(keys, sent);
+    // The second line was priced by its own write (its order was held):
+    // its history entry and event still name the price.
+    let (facts, payload): (Value, Value) = sqlx::query_as(
+        "select h.facts, o.payload from order_history h
+           join outbox o on o.id = h.outbox_ids[1]
+          where h.order_id = $1 and h.idempotency_key = 'e-add-b'",
+    )
+    .bind(order)
+    .fetch_one(&db)
+    .await
+    .expect("entry");
+    assert_eq!(facts["unit_price"], 3_600, "{facts}");
+    assert_eq!(payload["data"]["unit_price"], 3_600, "{payload}");
     assert_ledgers_match_positions(&db).await;
 
     // Sent again, every item replays its answer.
@@ -481,4 +494,35 @@ async fn push_edits_one_order_many_times_in_a_chunk(db: PgPool) {
     assert_eq!(results[1]["body"]["order"]["lines"][1]["qty_allocated"], 2);
     assert_eq!(position(&db, merlin).await, before, "allocated once");
     assert_ledgers_match_positions(&db).await;
+
+    // A line on a discontinued SKU, added to a held order, is refused as
+    // when the order is read first, and nothing of it is written.
+    let retired = demo::sku_id("acme", "Merlin Oxford Shirt", "Washed Indigo", "L");
+    sqlx::query("update skus set active = false where id = $1")
+        .bind(retired)
+        .execute(&db)
+        .await
+        .expect("discontinue");
+    let items = json!([
+        {"idempotency_key": "g-change-a", "method": "PATCH", "path": format!("{lines}/{a}"),
+         "body": {"qty_ordered": 3, "base_version": 9}},
+        {"idempotency_key": "g-add", "method": "POST", "path": lines,
+         "body": {"id": Uuid::now_v7(), "sku_id": retired, "qty_ordered": 1, "base_version": 10}},
+    ]);
+    let (status, out) = s.push(&dana, items).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let results = out["results"].as_array().expect("results");
+    assert_eq!(results[0]["status"], 200, "{out}");
+    assert_problem(
+        StatusCode::from_u16(results[1]["status"].as_u64().expect("status") as u16)
+            .expect("status"),
+        &results[1]["body"],
+        422,
+        "invalid_state",
+    );
+    assert_eq!(results[1]["body"]["sku_active"], false);
+    assert_eq!(redone().await, 1.0, "applied straight");
+    let (_, stored) = s.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(stored["version"], 10);
+    assert_eq!(stored["lines"].as_array().map(Vec::len), Some(2));
 }
