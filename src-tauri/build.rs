@@ -19,7 +19,6 @@ fn holdfast_desktop_commands() -> &'static [&'static str] {
         "get_status",
         "sync_now",
         "list_orders",
-        "list_order_summaries",
         "list_order_page",
         "get_order",
         "create_order",

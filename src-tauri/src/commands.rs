@@ -8,7 +8,7 @@ use chrono::NaiveDate;
 use holdfast_client::conflict::ConflictView;
 use holdfast_client::engine::{HeldItem, RejectionView, Status};
 use holdfast_client::store::sync_state::Profile;
-use holdfast_client::view::{DeskQuery, OrderPage, OrderSummary, OrderView, PendingMark, SkuView};
+use holdfast_client::view::{DeskQuery, OrderPage, OrderView, PendingMark, SkuView};
 use holdfast_client::{Engine, NewOrder, RejectionChoice, Reorder, Resolution};
 use holdfast_protocol::model::{Customer, Invoice, OrderHeaderSet, OrderHistory};
 use serde::{Deserialize, Serialize};
@@ -98,12 +98,6 @@ pub async fn sync_now(engine: State<'_, Engine>) -> CmdResult<()> {
 #[tauri::command]
 pub async fn list_orders(engine: State<'_, Engine>) -> CmdResult<Vec<OrderView>> {
     Ok(engine.orders()?)
-}
-
-/// The desk's rows: headers and counts, not whole documents.
-#[tauri::command]
-pub async fn list_order_summaries(engine: State<'_, Engine>) -> CmdResult<Vec<OrderSummary>> {
-    Ok(engine.order_summaries()?)
 }
 
 /// One window of the desk's list, filtered, searched and counted by the
@@ -362,7 +356,6 @@ pub fn handler<R: tauri::Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + 
         get_status,
         sync_now,
         list_orders,
-        list_order_summaries,
         list_order_page,
         get_order,
         create_order,

@@ -30,7 +30,6 @@ describe('Tauri backend contract', () => {
     await b.getStatus();
     await b.syncNow();
     await b.listOrders();
-    await b.listOrderSummaries();
     const query = { badge: 'pending' as const, status: null, q: 'po-7', offset: 120, limit: 60, selected: o };
     await b.listOrderPage(query);
     await b.getOrder(o);
@@ -66,7 +65,6 @@ describe('Tauri backend contract', () => {
       ['get_status', undefined],
       ['sync_now', undefined],
       ['list_orders', undefined],
-      ['list_order_summaries', undefined],
       ['list_order_page', { query: { badge: 'pending', status: null, q: 'po-7', offset: 120, limit: 60, selected: o } }],
       ['get_order', { orderId: o }],
       ['create_order', { header: { customer_id: 'c', customer_po: null, ship_window_start: null, ship_window_end: null, notes: null } }],

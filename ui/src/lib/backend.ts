@@ -26,7 +26,6 @@
  * | `get_status`        | —                                                                  | `SyncStatus`                 | `status` |
  * | `sync_now`          | —                                                                  | `null`                       | `connectivity_returned` (forgets the backoff, wakes the loop) |
  * | `list_orders`       | —                                                                  | `OrderView[]`                | `orders` |
- * | `list_order_summaries` | —                                                               | `OrderSummary[]`             | `order_summaries` |
  * | `list_order_page`   | `query: DeskQuery`                                                 | `OrderPage`                  | `order_page` (the desk's window: filtered, searched, counted by the engine) |
  * | `get_order`         | `orderId`                                                          | `OrderView \| null`          | `order` |
  * | `create_order`      | `header: NewOrder`                                                 | `string` (the new order id)  | `create_order` |
@@ -230,8 +229,6 @@ export interface Backend {
   syncNow(): Promise<void>;
 
   listOrders(): Promise<OrderView[]>;
-  /** The desk's rows (see {@link OrderSummary}). */
-  listOrderSummaries(): Promise<OrderSummary[]>;
   /** One window of the desk's list (see {@link DeskQuery}, {@link OrderPage}): the UI never holds every order's row. */
   listOrderPage(query: DeskQuery): Promise<OrderPage>;
   getOrder(orderId: Uuid): Promise<OrderView | null>;
@@ -292,7 +289,6 @@ export const COMMANDS = {
   getStatus: 'get_status',
   syncNow: 'sync_now',
   listOrders: 'list_orders',
-  listOrderSummaries: 'list_order_summaries',
   listOrderPage: 'list_order_page',
   getOrder: 'get_order',
   createOrder: 'create_order',
@@ -348,7 +344,6 @@ export function createTauriBackend(
     getStatus: () => call(C.getStatus),
     syncNow: () => call(C.syncNow),
     listOrders: () => call(C.listOrders),
-    listOrderSummaries: () => call(C.listOrderSummaries),
     listOrderPage: (query) => call(C.listOrderPage, { query }),
     getOrder: (orderId) => call(C.getOrder, { orderId }),
     createOrder: (header) => call(C.createOrder, { header }),

@@ -332,7 +332,8 @@ export class MockBackend implements Backend {
     return [...this.desk.entries].map(([id, e]) => orderView(e, this.desk.needsNewerApp(id)));
   }
 
-  async listOrderSummaries(): Promise<OrderSummary[]> {
+  /** Every order's row (the engine's `order_summaries`); `listOrderPage` windows it. */
+  private async orderSummaries(): Promise<OrderSummary[]> {
     const cutoff = stuckCutoff(this.state, this.now());
     return (await this.listOrders()).map((v) => orderSummary(v, cutoff));
   }
@@ -341,7 +342,7 @@ export class MockBackend implements Backend {
   async listOrderPage(query: DeskQuery): Promise<OrderPage> {
     const names = new Map([...this.server.customers].map((c) => [c.id, c.name]));
     const words = query.q.toLowerCase().split(/\s+/).filter((w) => w);
-    const shown = (await this.listOrderSummaries())
+    const shown = (await this.orderSummaries())
       .filter((v) => (query.badge === null || v.badge === query.badge) && (query.status === null || v.order.status === query.status))
       .filter((v) => {
         const o = v.order;
