@@ -3,7 +3,9 @@
  * `syncStatus` event), a `tick` that bumps when the local data changed (the
  * backend's `changed` event, debounced), and a clock for ages ("40 s ago").
  * Screens reload what they show whenever `tick` moves, so changes from other
- * desks appear within a second without a manual refresh.
+ * desks appear within a second without a manual refresh. A status the
+ * backend pushes is shown on that same tick, so the status bar never says
+ * "Pending: 0" while a screen still shows an order's badge as pending.
  */
 import type { Backend, SyncStatus, Unsubscribe } from './backend';
 
@@ -23,6 +25,8 @@ export class Live {
   private unsubs: Unsubscribe[] = [];
   private timers: ReturnType<typeof setInterval>[] = [];
   private pending: ReturnType<typeof setTimeout> | null = null;
+  /** A pushed status waiting for the next tick. */
+  private heard: SyncStatus | null = null;
 
   constructor(
     private readonly backend: Backend,
@@ -35,7 +39,8 @@ export class Live {
     this.unsubs.push(
       await this.backend.on('changed', () => this.poke()),
       await this.backend.on('syncStatus', (s) => {
-        this.status = s;
+        this.heard = s;
+        this.poke();
       }),
     );
     this.timers.push(setInterval(() => (this.now = this.clock()), 1000));
@@ -56,6 +61,10 @@ export class Live {
     if (this.pending) return;
     this.pending = setTimeout(() => {
       this.pending = null;
+      if (this.heard) {
+        this.status = this.heard;
+        this.heard = null;
+      }
       this.tick += 1;
       this.now = this.clock();
       void this.refreshStatus();
