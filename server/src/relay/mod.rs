@@ -351,6 +351,9 @@ async fn run(
     while tasks.join_next().await.is_some() {}
     drop(outcomes);
     let _ = recorder.await;
+    // The listener holds one of the pool's connections, and `close` waits
+    // for every connection to come back.
+    drop(listener);
     db.close().await;
 }
 
