@@ -59,6 +59,10 @@ pub struct AppState {
     pub login_limiter: Arc<ratelimit::LoginLimiter>,
     /// Header-read timeout and connection cap of the accept loop.
     pub connection_limits: http::serve::ConnectionLimits,
+    /// The orders whose last REST edit this process answered: an
+    /// allocation on one of them is one round trip (`engine::known`).
+    #[cfg(not(feature = "broken-allocation"))]
+    pub known: Arc<engine::known::KnownOrders>,
 }
 
 impl AppState {
@@ -72,6 +76,8 @@ impl AppState {
             relay_timeout: Duration::from_millis(config::RelayConfig::default().relay_timeout_ms),
             login_limiter: Arc::default(),
             connection_limits: Default::default(),
+            #[cfg(not(feature = "broken-allocation"))]
+            known: Arc::default(),
         }
     }
 

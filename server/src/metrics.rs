@@ -109,6 +109,12 @@ fn describe_and_register() {
         "Allocations answered 422 insufficient_ats."
     );
     describe_counter!(
+        "holdfast_known_order_allocations_total",
+        "REST allocations and releases tried as one call on an order whose latest document this \
+         server holds, by outcome: moved (answered in one round trip) or declined (the order or \
+         its stock had moved on; answered the ordinary way)."
+    );
+    describe_counter!(
         "holdfast_push_chunks_redone_total",
         "Batch push chunks run again item by item after one item failed inside the shared transaction."
     );
@@ -200,6 +206,10 @@ fn describe_and_register() {
         "primary_replica_unavailable",
     ] {
         metrics::counter!("holdfast_replica_reads_total", "served_by" => served_by).absolute(0);
+    }
+    for outcome in ["moved", "declined"] {
+        metrics::counter!("holdfast_known_order_allocations_total", "outcome" => outcome)
+            .absolute(0);
     }
     for outcome in ["delivered", "failed", "gone"] {
         metrics::counter!("holdfast_delivery_attempts_total", "outcome" => outcome).absolute(0);

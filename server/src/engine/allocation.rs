@@ -20,7 +20,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::lines::over_allocation;
-use super::orders::{load, require_status, ForEdit, ForEditRow, Held};
+use super::orders::{invalid_state, load, ForEdit, ForEditRow, Held};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;
@@ -65,69 +65,61 @@ pub(crate) async fn release(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
+pub(super) enum Direction {
     Allocate,
     Release,
 }
 
-/// What a request asks to move: `qty` on a line of an order, one way.
-struct Wanted {
-    order_id: Uuid,
-    line_id: Uuid,
-    qty: i64,
-    direction: Direction,
+impl Direction {
+    /// The ledger's reason and the order event's type.
+    pub(super) fn names(self) -> (&'static str, EventType) {
+        match self {
+            Direction::Allocate => ("allocate", EventType::OrderLineAllocated),
+            Direction::Release => ("release", EventType::OrderLineReleased),
+        }
+    }
 }
 
-/// Allocate or release `qty` on one line in two statements (the engine
-/// adds the key's claim, which also binds the tenant):
-///
-/// 1. `order_for_move`: lock the order row, then read its header, its lines
-///    and this key in the ledger (a late retry) after the lock, so no other
-///    mutation can change them until we commit; then decide every rejection
-///    (status, line, over-allocation) in memory;
-/// 2. [`FOLDED_MOVE`]: the position update — the ATS check in its WHERE
-///    clause — every write that depends on it, and the answer stored on the
-///    key row, in one statement.
-///
-/// The answer is built before 2 from what 1 read (the order is locked, so
-/// its document after the move is known but for ATS after, which Postgres
-/// splices into the stored bytes; see [`Answer`]), and 2's RETURNING is
-/// checked against it. The SKU row, the hot one, is locked from statement 2
-/// to the commit, so only the commit waits behind it. A shortfall reads the
-/// ATS once more, outside any write, and the engine stores that rejection.
-async fn move_line(
-    conn: &mut PgConnection,
-    caller: &Caller,
-    key: &IdempotencyKey,
-    wanted: Wanted,
-    held: &mut Held,
-) -> Result<Done, Error> {
-    let Wanted {
-        order_id,
-        line_id,
-        qty,
-        direction,
-    } = wanted;
-    let t = caller.tenant_id;
-    let mut locked = lock_for_move(conn, caller, key, order_id, line_id, held)
-        .await?
-        .ok_or_else(|| Error::not_found("order"))?;
-    if let Some(sku_id) = locked.late_sku {
-        return late_retry(conn, t, sku_id, order_id).await;
+/// What a request asks to move: `qty` on a line of an order, one way.
+pub(super) struct Wanted {
+    pub order_id: Uuid,
+    pub line_id: Uuid,
+    pub qty: i64,
+    pub direction: Direction,
+}
+
+/// A move decided against the order as it stands: the line's index in the
+/// document, its SKU, and the signed change to its allocation.
+pub(super) struct Decided {
+    pub at: usize,
+    pub sku_id: Uuid,
+    pub delta: i64,
+}
+
+/// Every refusal an allocation or a release can meet before it touches
+/// stock: the order's state, the line, over-allocation. Pure: both paths
+/// decide with it, the ordinary one on the order it has locked and read,
+/// `known` on the document the server holds.
+pub(super) fn decide(
+    status: OrderStatus,
+    lines: &[Line],
+    wanted: &Wanted,
+) -> Result<Decided, Error> {
+    if !ALLOCATABLE.contains(&status) {
+        return Err(invalid_state(status));
     }
-    require_status(&locked.header, ALLOCATABLE)?;
-    let at = locked
-        .lines
+    let at = lines
         .iter()
-        .position(|l| l.id == line_id)
+        .position(|l| l.id == wanted.line_id)
         .ok_or_else(|| Error::not_found("line on this order"))?;
     let Line {
         sku_id,
         qty_ordered,
         qty_allocated,
         ..
-    } = locked.lines[at];
-    let delta = match direction {
+    } = lines[at];
+    let qty = wanted.qty;
+    let delta = match wanted.direction {
         Direction::Allocate => {
             // Compared as what is still open (qty_ordered ≥ qty_allocated ≥ 0
             // by the schema): `qty_allocated + qty` overflows for a qty
@@ -152,27 +144,62 @@ async fn move_line(
             -qty
         }
     };
-    let line = LineRef {
+    Ok(Decided { at, sku_id, delta })
+}
+
+/// Allocate or release `qty` on one line in two statements (the engine
+/// adds the key's claim, which also binds the tenant):
+///
+/// 1. `order_for_move`: lock the order row, then read its header, its lines
+///    and this key in the ledger (a late retry) after the lock, so no other
+///    mutation can change them until we commit; then decide every rejection
+///    (status, line, over-allocation) in memory;
+/// 2. `allocation_move` (migration 20261210000100): the position update —
+///    the ATS check in its WHERE clause — every write that depends on it,
+///    and the answer stored on the key row, in one statement.
+///
+/// The answer is built before 2 from what 1 read (the order is locked, so
+/// its document after the move is known but for ATS after and the exact
+/// form of its timestamp, which Postgres splices into the stored bytes; see
+/// [`Answer`]), and 2's RETURNING is checked against it. The SKU row, the
+/// hot one, is locked from statement 2 to the commit, so only the commit
+/// waits behind it. A shortfall reads the ATS once more, outside any write,
+/// and the engine stores that rejection.
+async fn move_line(
+    conn: &mut PgConnection,
+    caller: &Caller,
+    key: &IdempotencyKey,
+    wanted: Wanted,
+    held: &mut Held,
+) -> Result<Done, Error> {
+    let Wanted {
         order_id,
         line_id,
-        sku_id,
-    };
+        qty,
+        direction,
+    } = wanted;
+    let t = caller.tenant_id;
+    let mut locked = lock_for_move(conn, caller, key, order_id, line_id, held)
+        .await?
+        .ok_or_else(|| Error::not_found("order"))?;
+    if let Some(sku_id) = locked.late_sku {
+        return late_retry(conn, t, sku_id, order_id).await;
+    }
+    let Decided { at, sku_id, delta } = decide(locked.header.status, &locked.lines, &wanted)?;
+    let qty_allocated = locked.lines[at].qty_allocated + delta;
     // The answer, known now but for ATS after (the order is locked, so its
     // lines, version and timestamp after the move are ours to say), goes to
-    // the key row in the move itself, with ATS after spliced in by Postgres.
-    locked.lines[at].qty_allocated = qty_allocated + delta;
+    // the key row in the move itself.
+    locked.lines[at].qty_allocated = qty_allocated;
     let order = locked.edited(caller, order_id);
     let answer = Answer::new(&order)?;
-    let expected = Moved {
-        ats_after: 0,
-        version: order.version,
-        updated_at: order.updated_at,
-        qty_allocated: qty_allocated + delta,
-        updated_by_name: order.updated_by_name.clone(),
-    };
     let planned = Planned {
         direction,
-        line,
+        line: LineRef {
+            order_id,
+            line_id,
+            sku_id,
+        },
         delta,
         order_version: locked.header.version,
     };
@@ -199,75 +226,107 @@ async fn move_line(
         .with("requested", qty)
         .into());
     };
-    if (
+    let wrote = (
         moved.version,
         moved.updated_at,
         moved.qty_allocated,
         &moved.updated_by_name,
-    ) != (
-        expected.version,
-        expected.updated_at,
-        expected.qty_allocated,
-        &expected.updated_by_name,
-    ) {
+        &moved.stamp,
+    );
+    let expected = (
+        order.version,
+        order.updated_at,
+        qty_allocated,
+        &order.updated_by_name,
+        &json_timestamp(order.updated_at),
+    );
+    if wrote != expected {
         return Err(Error::Internal(anyhow::anyhow!(
-            "order {order_id}: the move wrote version {} at {} ({} allocated, by {:?}), not the \
-             answer's {} at {} ({} allocated, by {:?})",
-            moved.version,
-            moved.updated_at,
-            moved.qty_allocated,
-            moved.updated_by_name,
-            expected.version,
-            expected.updated_at,
-            expected.qty_allocated,
-            expected.updated_by_name
+            "order {order_id}: the move wrote (version, time, allocated, by, stamp) {wrote:?}, \
+             not the answer's {expected:?}"
         )));
     }
     locked.advance();
     held.keep(order_id, locked);
-    Ok(Done::stored(answer.with_ats(moved.ats_after)))
+    Ok(Done::stored(answer.with(&moved.stamp, moved.ats_after)))
 }
 
-/// An [`AllocationResult`]'s body serialized with a stand-in for ATS after,
-/// cut around it: what goes before and after the number, so Postgres can
-/// store the answer with the number it computes in the same statement, and
-/// the request answers with the same bytes.
-struct Answer {
-    before: Vec<u8>,
-    after: Vec<u8>,
+/// `t` as the server's JSON writes it (`json_timestamp` in SQL must agree).
+pub(super) fn json_timestamp(t: DateTime<Utc>) -> String {
+    serde_json::to_value(t)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// An [`AllocationResult`]'s body serialized with stand-ins for the two
+/// values only the write knows, the order's `updated_at` and ATS after, cut
+/// around them, so Postgres can store the answer with the values it writes
+/// (`allocation_move`) and the request answers with the same bytes.
+pub(super) struct Answer {
+    head: Vec<u8>,
+    mid: Vec<u8>,
+    tail: Vec<u8>,
 }
 
 /// Stands in for ATS after while serializing. `"ats_after":` with a bare
 /// quote before the colon cannot occur inside a JSON string (a quote there
 /// is escaped), so the pair is found only where the member is.
 const ATS_STAND_IN: i64 = i64::MIN + 1;
+/// Stands in for the order's `updated_at`: 1900-01-01T00:00:00.000001Z,
+/// found as the whole `"updated_at":"…"` member (no other member of an
+/// order is a timestamp that old).
+const STAMP_STAND_IN_MICROS: i64 = -2_208_988_799_999_999;
 
 impl Answer {
-    fn new(order: &Order) -> Result<Answer, Error> {
-        let done = Done::ok(AllocationResult {
-            order: order.clone(),
+    pub(super) fn new(order: &Order) -> Result<Answer, Error> {
+        let stamp_stand_in = DateTime::<Utc>::from_timestamp_micros(STAMP_STAND_IN_MICROS)
+            .ok_or_else(|| anyhow::anyhow!("the timestamp stand-in is out of range"))?;
+        let result = AllocationResult {
+            order: Order {
+                updated_at: stamp_stand_in,
+                ..order.clone()
+            },
             ats_after: ATS_STAND_IN,
-        })?;
-        let bytes = serde_json::to_vec(&done.body).map_err(|e| Error::Internal(e.into()))?;
-        let member = format!("\"ats_after\":{ATS_STAND_IN}");
-        let at = bytes
-            .windows(member.len())
-            .position(|w| w == member.as_bytes())
-            .ok_or_else(|| anyhow::anyhow!("ats_after is not in the serialized answer"))?;
-        let number = at + member.len() - ATS_STAND_IN.to_string().len();
+        };
+        let bytes = serde_json::to_vec(&result).map_err(|e| Error::Internal(e.into()))?;
+        let find = |member: &str| {
+            bytes
+                .windows(member.len())
+                .position(|w| w == member.as_bytes())
+                .ok_or_else(|| anyhow::anyhow!("{member} is not in the serialized answer"))
+        };
+        let (stamp_name, stamp) = ("\"updated_at\":\"", json_timestamp(stamp_stand_in));
+        let (ats_name, ats) = ("\"ats_after\":", ATS_STAND_IN.to_string());
+        let s = find(&format!("{stamp_name}{stamp}\""))? + stamp_name.len();
+        let a = find(&format!("{ats_name}{ats}"))? + ats_name.len();
+        if s + stamp.len() > a {
+            return Err(Error::Internal(anyhow::anyhow!(
+                "the answer has ats_after before the order's updated_at"
+            )));
+        }
         Ok(Answer {
-            before: bytes[..number].to_vec(),
-            after: bytes[at + member.len()..].to_vec(),
+            head: bytes[..s].to_vec(),
+            mid: bytes[s + stamp.len()..a].to_vec(),
+            tail: bytes[a + ats.len()..].to_vec(),
         })
     }
 
-    /// The answer's bytes with `ats` in place, as Postgres stores them
-    /// (`bigint::text` writes an integer as serde_json does).
-    fn with_ats(&self, ats: i64) -> Vec<u8> {
-        let mut body = self.before.clone();
+    /// The answer's bytes with the order's timestamp, as `json_timestamp`
+    /// wrote it, and `ats` in place, as Postgres stores them (`bigint::text`
+    /// writes an integer as serde_json does).
+    pub(super) fn with(&self, stamp: &str, ats: i64) -> Vec<u8> {
+        let mut body = self.head.clone();
+        body.extend_from_slice(stamp.as_bytes());
+        body.extend_from_slice(&self.mid);
         body.extend_from_slice(ats.to_string().as_bytes());
-        body.extend_from_slice(&self.after);
+        body.extend_from_slice(&self.tail);
         body
+    }
+
+    /// The three pieces, as `allocation_move` takes them.
+    pub(super) fn pieces(&self) -> (&[u8], &[u8], &[u8]) {
+        (&self.head, &self.mid, &self.tail)
     }
 }
 
@@ -332,37 +391,32 @@ struct Moved {
     ats_after: i64,
     version: i64,
     updated_at: DateTime<Utc>,
+    /// `updated_at` as the stored answer writes it.
+    stamp: String,
     qty_allocated: i64,
     updated_by_name: String,
 }
 
-/// One allocation or release as a single data-modifying statement. `pos` is
-/// the atomic conditional update of the position (the ATS check in its WHERE
-/// clause); every other write — the line, the order's version and event
-/// sequence (compare-and-swap on the version we locked), the ledger row with
-/// the idempotency key under its unique constraint, the order's and the SKU's
-/// feed rows, both outbox events, the version's history entry (who, the key,
-/// the order event's facts, both events' ids; `db::order_history`) —
-/// selects from `pos` (or from `ord`, which does), so when the stock is not
-/// there nothing at all is written and the statement returns no row.
-/// Sub-statements of one statement all see the same snapshot and none sees
-/// another's changes, so everything the answer needs comes back through
-/// RETURNING. The event bodies are those
-/// `db::outbox::enqueue_in_tx` builds: jsonb keeps no key order, so building
-/// them here stores the same value.
-///
+/// The move as one statement: `allocation_move` (migration 20261210000100).
 /// Parameters: $1 tenant, $2 SKU, $3 delta (+allocate, −release), $4 order,
 /// $5 line, $6 key, $7 user, $8 the locked order version, $9 the event
 /// timestamp, $10 the ledger reason, $11 the order event's type, $12 the
-/// quantity the event reports (positive), $13 and $14 the answer's bytes
-/// before and after ATS after (stored on the key row, status 200); the
-/// broken build adds $15.
-macro_rules! folded_move {
-    ($position_update:literal) => {
-        concat!(
-            "with pos as (",
-            $position_update,
-            "
+/// quantity the event reports (positive), $13–$15 the answer's pieces
+/// ([`Answer::pieces`]); the broken build adds $16.
+#[cfg(not(feature = "broken-allocation"))]
+const FOLDED_MOVE: &str = "select * from allocation_move($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+
+/// DELIBERATELY BROKEN (the `broken-allocation` feature, see
+/// [`move_position_in_tx`]'s broken twin): `allocation_move`'s statement
+/// with the position's update a blind write of a value computed from an
+/// earlier plain read, $16, with no ATS check in the WHERE clause.
+#[cfg(feature = "broken-allocation")]
+const FOLDED_MOVE: &str = "
+with pos as (
+    update sku_positions
+       set allocated = $16, version = version + 1, event_seq = event_seq + 1, updated_at = now()
+     where tenant_id = $1 and sku_id = $2
+    returning on_hand + on_order - allocated as ats_after, version, event_seq
 ), line as (
     update order_lines set qty_allocated = qty_allocated + $3
      where tenant_id = $1 and id = $5 and order_id = $4 and exists (select 1 from pos)
@@ -370,7 +424,7 @@ macro_rules! folded_move {
 ), ord as (
     update orders set version = version + 1, event_seq = event_seq + 1, updated_at = now(), updated_by = $7
      where tenant_id = $1 and id = $4 and version = $8 and exists (select 1 from pos)
-    returning version, event_seq, updated_at
+    returning version, event_seq, updated_at, json_timestamp(updated_at) as stamp
 ), ledger as (
     insert into allocation_ledger (tenant_id, sku_id, order_id, line_id, delta, reason, idempotency_key, created_by)
     select $1, $2, $4, $5, $3, $10, $6, $7 from pos
@@ -404,39 +458,16 @@ macro_rules! folded_move {
 ), answer as (
     update idempotency_keys
        set status_code = 200,
-           response_body = $13::bytea || convert_to(pos.ats_after::text, 'UTF8') || $14::bytea
-      from pos
+           response_body = $13::bytea || convert_to(ord.stamp, 'UTF8') || $14::bytea
+                           || convert_to(pos.ats_after::text, 'UTF8') || $15::bytea
+      from pos, ord
      where idempotency_keys.tenant_id = $1 and idempotency_keys.key = $6
 )
-select pos.ats_after, ord.version, ord.updated_at, line.qty_allocated,
+select pos.ats_after, ord.version, ord.updated_at, ord.stamp, line.qty_allocated,
        (select display_name from users where tenant_id = $1 and id = $7)
-  from pos left join ord on true left join line on true"
-        )
-    };
-}
+  from pos left join ord on true left join line on true";
 
-#[cfg(not(feature = "broken-allocation"))]
-const FOLDED_MOVE: &str = folded_move!(
-    "
-    update sku_positions
-       set allocated = allocated + $3, version = version + 1, event_seq = event_seq + 1, updated_at = now()
-     where tenant_id = $1 and sku_id = $2 and on_hand + on_order - allocated >= $3
-    returning on_hand + on_order - allocated as ats_after, version, event_seq"
-);
-
-/// DELIBERATELY BROKEN (the `broken-allocation` feature, see
-/// [`move_position_in_tx`]'s broken twin): a blind write of a value computed
-/// from an earlier plain read, $15, with no ATS check in the WHERE clause.
-#[cfg(feature = "broken-allocation")]
-const FOLDED_MOVE: &str = folded_move!(
-    "
-    update sku_positions
-       set allocated = $15, version = version + 1, event_seq = event_seq + 1, updated_at = now()
-     where tenant_id = $1 and sku_id = $2
-    returning on_hand + on_order - allocated as ats_after, version, event_seq"
-);
-
-/// The move [`folded_move`] makes: which way, on which line, by how much
+/// The move [`FOLDED_MOVE`] makes: which way, on which line, by how much
 /// (negative releases), against the order version that was locked.
 #[derive(Debug, Clone, Copy)]
 struct Planned {
@@ -468,17 +499,15 @@ async fn folded_move(
         sku_id,
     } = line;
     type Row = (
-        i64,
+        Option<i64>,
         Option<i64>,
         Option<DateTime<Utc>>,
+        Option<String>,
         Option<i64>,
         Option<String>,
     );
-    let (reason, event_type) = match direction {
-        Direction::Allocate => ("allocate", EventType::OrderLineAllocated),
-        Direction::Release => ("release", EventType::OrderLineReleased),
-    };
-    let timestamp = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (reason, event_type) = direction.names();
+    let (head, mid, tail) = answer.pieces();
     let query = sqlx::query_as::<_, Row>(FOLDED_MOVE)
         .bind(caller.tenant_id)
         .bind(sku_id)
@@ -488,12 +517,13 @@ async fn folded_move(
         .bind(key.as_str())
         .bind(caller.user_id)
         .bind(order_version)
-        .bind(timestamp)
+        .bind(event_timestamp())
         .bind(reason)
         .bind(event_type.as_str())
         .bind(delta.abs())
-        .bind(&answer.before)
-        .bind(&answer.after);
+        .bind(head)
+        .bind(mid)
+        .bind(tail);
     #[cfg(feature = "broken-allocation")]
     let query = {
         let read: Option<(i64, i64)> = sqlx::query_as(
@@ -509,13 +539,13 @@ async fn folded_move(
             _ => return Ok(None),
         }
     };
-    let Some((ats_after, version, updated_at, qty_allocated, name)) =
+    let Some((Some(ats_after), version, updated_at, stamp, qty_allocated, name)) =
         query.fetch_optional(&mut *conn).await?
     else {
         return Ok(None);
     };
-    let (Some(version), Some(updated_at), Some(qty_allocated), Some(updated_by_name)) =
-        (version, updated_at, qty_allocated, name)
+    let (Some(version), Some(updated_at), Some(stamp), Some(qty_allocated), Some(updated_by_name)) =
+        (version, updated_at, stamp, qty_allocated, name)
     else {
         return Err(Error::Internal(anyhow::anyhow!(
             "SKU {sku_id} moved but order {order_id} / line {line_id} did not follow"
@@ -525,9 +555,15 @@ async fn folded_move(
         ats_after,
         version,
         updated_at,
+        stamp,
         qty_allocated,
         updated_by_name,
     }))
+}
+
+/// An event's `timestamp`, as every outbox event carries it.
+pub(super) fn event_timestamp() -> String {
+    Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The atomic conditional update: allocates `qty` (negative releases) only if

@@ -20,6 +20,8 @@
 mod allocation;
 pub mod batch;
 pub mod idempotency;
+#[cfg(not(feature = "broken-allocation"))]
+pub mod known;
 mod lines;
 mod orders;
 

@@ -367,14 +367,19 @@ pub(crate) fn require_status(locked: &Locked, allowed: &[OrderStatus]) -> Result
     if allowed.contains(&locked.status) {
         return Ok(());
     }
-    Err(Problem::new(
+    Err(invalid_state(locked.status))
+}
+
+/// 422 invalid_state: not possible on an order in `status`.
+pub(crate) fn invalid_state(status: OrderStatus) -> Error {
+    Problem::new(
         ProblemCode::InvalidState,
-        format!("not possible on a {} order", locked.status.as_str()),
+        format!("not possible on a {} order", status.as_str()),
     )
     // API.md names this member `status`, which RFC 9457 already uses for
     // the HTTP status; the order's status travels as `order_status`.
-    .with("order_status", locked.status)
-    .into())
+    .with("order_status", status)
+    .into()
 }
 
 /// 409 version_conflict with the whole current document.

@@ -175,6 +175,18 @@ async fn execute(
         }
     };
     let mut caller = caller;
+    #[cfg(not(feature = "broken-allocation"))]
+    if let Some(outcome) = engine::known::try_move(
+        &state.db,
+        &state.known,
+        &caller.caller,
+        !caller.proved,
+        &req,
+    )
+    .await?
+    {
+        return Ok(respond(&outcome));
+    }
     loop {
         let mut tx = state.db.begin().await?;
         let executed =
@@ -200,6 +212,10 @@ async fn execute(
                 )));
             }
         };
+        #[cfg(not(feature = "broken-allocation"))]
+        state
+            .known
+            .learn(caller.caller.tenant_id, &req.mutation, &outcome);
         return Ok(respond(&outcome));
     }
 }

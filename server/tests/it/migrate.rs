@@ -117,7 +117,7 @@ async fn no_migrate_names_both_versions_of_an_older_schema(db: PgPool) {
     let build = SchemaState::build_version();
     // The database as the build before this one left it (the last
     // migration undone).
-    sqlx::query("drop function order_for_edit")
+    sqlx::query("drop function allocate_on_known_order, allocation_move, json_timestamp")
         .execute(&db)
         .await
         .expect("drop");
@@ -146,7 +146,9 @@ async fn no_migrate_names_both_versions_of_an_older_schema(db: PgPool) {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         stdout,
-        format!("applied 1 migration(s); schema is now {build}\n  {build} order for edit\n")
+        format!(
+            "applied 1 migration(s); schema is now {build}\n  {build} allocation in one call\n"
+        )
     );
 }
 

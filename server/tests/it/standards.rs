@@ -19,6 +19,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("holdfast_version_conflicts_total", "counter"),
     ("holdfast_ats_rejections_total", "counter"),
     ("holdfast_push_chunks_redone_total", "counter"),
+    ("holdfast_known_order_allocations_total", "counter"),
     ("holdfast_delivery_attempts_total", "counter"),
     ("holdfast_delivery_latency_seconds", "histogram"),
     ("holdfast_dead_letters_total", "counter"),

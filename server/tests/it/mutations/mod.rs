@@ -3,6 +3,7 @@
 
 mod allocation;
 mod idempotency;
+mod known_orders;
 mod lines;
 mod lock_wait;
 mod push;

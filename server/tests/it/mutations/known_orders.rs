@@ -1,0 +1,330 @@
+//! An allocation on an order whose latest document the server holds is one
+//! call (`engine::known`): it answers, stores and announces exactly what the
+//! ordinary path does, and whatever it cannot vouch for — the order moved on
+//! elsewhere, the stock short, a key still running, a token revoked — is
+//! decided by the ordinary path, with nothing of the call left behind.
+
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{allocate_path, order_with_line, position};
+use crate::monitoring::sample;
+use crate::support::audit::{assert_ledgers_match_positions, assert_one_history_entry_per_version};
+use crate::support::{acme, assert_problem, kestrel_m, key, TestServer, MIGRATIONS};
+
+const MOVED: &str = "holdfast_known_order_allocations_total{outcome=\"moved\"}";
+const DECLINED: &str = "holdfast_known_order_allocations_total{outcome=\"declined\"}";
+
+async fn history(s: &TestServer, token: &str, order: Uuid) -> Vec<Value> {
+    let (status, body) = s.get(&format!("/v1/orders/{order}/history"), token).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["entries"].as_array().expect("entries").clone()
+}
+
+/// The order's outbox events: (type, sequence, the payload's data).
+async fn order_events(db: &PgPool, order: Uuid) -> Vec<(String, i64, Value)> {
+    sqlx::query_as(
+        "select event_type, sequence, payload->'data' from outbox
+          where aggregate_kind = 'order' and aggregate_id = $1 order by sequence",
+    )
+    .bind(order)
+    .fetch_all(db)
+    .await
+    .expect("events")
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: PgPool) {
+    // Two servers on one database: `a` learns the order from its own
+    // answers; `b` holds nothing, so everything it does is the ordinary path.
+    let a = TestServer::start(db.clone()).await;
+    let b = TestServer::start(db.clone()).await;
+    let dana = a.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&a, &dana, "Austin Boutique", kestrel_m(), 5).await;
+    let ats_before = {
+        let (on_hand, on_order, allocated) = position(&db, kestrel_m()).await;
+        on_hand + on_order - allocated
+    };
+
+    // `a` answered the line's add, so it knows the order: one call.
+    let fast_key = key();
+    let fast = a
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &fast_key,
+            json!({"qty": 2}),
+        )
+        .await;
+    assert_eq!(fast.status, StatusCode::OK, "{}", fast.json());
+    assert_eq!(sample(&a, MOVED).await, 1.0);
+    let answer = fast.json();
+    assert_eq!(answer["ats_after"], ats_before - 2);
+    let (_, read) = a.get(&format!("/v1/orders/{order}"), &dana).await;
+    assert_eq!(
+        answer["order"], read,
+        "the answer is the order as a read returns it"
+    );
+    assert_eq!(read["lines"][0]["qty_allocated"], 2);
+    let written: DateTime<Utc> = sqlx::query_scalar("select updated_at from orders where id = $1")
+        .bind(order)
+        .fetch_one(&db)
+        .await
+        .expect("updated_at");
+    assert_eq!(
+        answer["order"]["updated_at"],
+        json!(written),
+        "the stamp Postgres spliced in"
+    );
+    let again = a
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &fast_key,
+            json!({"qty": 2}),
+        )
+        .await;
+    assert!(again.replayed());
+    assert_eq!(
+        again.bytes, fast.bytes,
+        "a replay sends the stored bytes, which are the answer's"
+    );
+
+    // The same move the ordinary way, from `b`, writes the same kinds of rows.
+    let slow = b
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(slow.status, StatusCode::OK, "{}", slow.json());
+    assert_eq!(sample(&a, MOVED).await, 1.0, "b did not know the order");
+    let entries = history(&a, &dana, order).await;
+    let (fast_entry, slow_entry) = (&entries[entries.len() - 2], &entries[entries.len() - 1]);
+    assert_eq!(fast_entry["idempotency_key"], fast_key.as_str());
+    for member in ["event_type", "by_name"] {
+        assert_eq!(fast_entry[member], slow_entry[member], "{member}");
+    }
+    let facts = |e: &Value| {
+        let mut keys: Vec<String> = e["facts"]
+            .as_object()
+            .expect("facts")
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(facts(fast_entry), facts(slow_entry));
+    assert_eq!(fast_entry["facts"]["qty"], 2);
+    let events = order_events(&db, order).await;
+    let sequences: Vec<i64> = events.iter().map(|e| e.1).collect();
+    assert_eq!(
+        sequences,
+        (1..=events.len() as i64).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let (fast_event, slow_event) = (&events[events.len() - 2], &events[events.len() - 1]);
+    assert_eq!(fast_event.0, "order.line_allocated");
+    assert_eq!(fast_event.0, slow_event.0);
+    assert_eq!(fast_event.2["qty"], 2);
+    assert_eq!(fast_event.2["ats_after"], ats_before - 2);
+    assert_eq!(
+        fast_event.2["version"].as_i64().map(|v| v + 1),
+        slow_event.2["version"].as_i64()
+    );
+
+    // `b` moved the order on: `a`'s document is stale, its call declines,
+    // and the ordinary path answers from the order as it is.
+    let after_b = a
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(after_b.status, StatusCode::OK, "{}", after_b.json());
+    assert_eq!(sample(&a, DECLINED).await, 1.0);
+    assert_eq!(after_b.json()["order"]["lines"][0]["qty_allocated"], 4);
+    assert_eq!(
+        after_b.json()["order"]["version"],
+        slow.json()["order"]["version"].as_i64().expect("version") + 1
+    );
+    // …and it learned the order again from that answer.
+    let last = a
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(last.status, StatusCode::OK, "{}", last.json());
+    assert_eq!(sample(&a, MOVED).await, 2.0);
+    assert_eq!(last.json()["order"]["lines"][0]["qty_allocated"], 5);
+    // A release on it is one call too.
+    let release = a
+        .post(
+            &dana,
+            &format!("/v1/orders/{order}/lines/{line}/release"),
+            &key(),
+            json!({"qty": 3}),
+        )
+        .await;
+    assert_eq!(release.status, StatusCode::OK, "{}", release.json());
+    assert_eq!(sample(&a, MOVED).await, 3.0);
+    assert_eq!(release.json()["order"]["lines"][0]["qty_allocated"], 2);
+    assert_eq!(release.json()["ats_after"], ats_before - 2);
+
+    assert_ledgers_match_positions(&db).await;
+    assert_one_history_entry_per_version(&db).await;
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_known_order_short_of_stock_is_refused_the_ordinary_way(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let before = position(&db, kestrel_m()).await;
+    let ats = before.0 + before.1 - before.2;
+    let (order, line, _) =
+        order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), ats + 5).await;
+    let k = key();
+    let refused = s
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &k,
+            json!({"qty": ats + 1}),
+        )
+        .await;
+    assert_problem(refused.status, &refused.json(), 422, "insufficient_ats");
+    assert_eq!(refused.json()["ats_available"], ats);
+    assert_eq!(
+        sample(&s, DECLINED).await,
+        1.0,
+        "the call was tried and declined"
+    );
+    assert_eq!(position(&db, kestrel_m()).await, before, "nothing moved");
+    // The refusal is stored like any other: the retry replays it.
+    let again = s
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &k,
+            json!({"qty": ats + 1}),
+        )
+        .await;
+    assert!(again.replayed());
+    assert_eq!(again.bytes, refused.bytes);
+    let ledger: i64 =
+        sqlx::query_scalar("select count(*) from allocation_ledger where idempotency_key = $1")
+            .bind(&k)
+            .fetch_one(&db)
+            .await
+            .expect("ledger");
+    assert_eq!(ledger, 0);
+    assert_ledgers_match_positions(&db).await;
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_revoked_token_is_refused_on_a_known_order_and_writes_nothing(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 3).await;
+    let first = s
+        .post(
+            &dana,
+            &allocate_path(order, line),
+            &key(),
+            json!({"qty": 1}),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(sample(&s, MOVED).await, 1.0);
+    // Revoked behind the server's back: only the call's own proof can tell.
+    sqlx::query("update device_tokens set revoked_at = now() where tenant_id = $1")
+        .bind(acme())
+        .execute(&db)
+        .await
+        .expect("revoke");
+    let before = position(&db, kestrel_m()).await;
+    let k = key();
+    let refused = s
+        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
+        .await;
+    assert_problem(refused.status, &refused.json(), 401, "unauthorized");
+    assert_eq!(position(&db, kestrel_m()).await, before);
+    let keys: i64 = sqlx::query_scalar("select count(*) from idempotency_keys where key = $1")
+        .bind(&k)
+        .fetch_one(&db)
+        .await
+        .expect("keys");
+    assert_eq!(keys, 0, "no claim is left behind");
+    assert_eq!(sample(&s, MOVED).await, 1.0);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_key_still_running_is_answered_in_flight_on_a_known_order(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 3).await;
+    // Another request holding this key, not finished.
+    let k = key();
+    let mut holder = db.begin().await.expect("begin");
+    sqlx::query(
+        "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
+         values ($1, $2, 'another request', 0, ''::bytea)",
+    )
+    .bind(acme())
+    .bind(&k)
+    .execute(&mut *holder)
+    .await
+    .expect("hold the key");
+    let before = position(&db, kestrel_m()).await;
+    let waiting = s
+        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
+        .await;
+    assert_problem(waiting.status, &waiting.json(), 409, "request_in_flight");
+    assert!(waiting.headers.contains_key("retry-after"));
+    holder.rollback().await.expect("rollback");
+    assert_eq!(position(&db, kestrel_m()).await, before);
+    assert_eq!(sample(&s, MOVED).await, 0.0);
+    // Once the holder is gone the key is free, and the order still known.
+    let done = s
+        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
+        .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.json());
+    assert_eq!(sample(&s, MOVED).await, 1.0);
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn json_timestamp_writes_a_time_as_the_server_json_does(db: PgPool) {
+    for micros in [0, 500_000, 123_000, 1, 100, 123_456, 999_999] {
+        let at = DateTime::<Utc>::from_timestamp(1_796_400_000, micros * 1000).expect("time");
+        let sql: String = sqlx::query_scalar("select json_timestamp($1)")
+            .bind(at)
+            .fetch_one(&db)
+            .await
+            .expect("json_timestamp");
+        assert_eq!(json!(sql), json!(at), "{micros} µs");
+    }
+    // Whatever the session's time zone.
+    let mut conn = db.acquire().await.expect("conn");
+    sqlx::query("set timezone = 'Asia/Kolkata'")
+        .execute(&mut *conn)
+        .await
+        .expect("tz");
+    let at = DateTime::<Utc>::from_timestamp(1_796_400_000, 250_000_000).expect("time");
+    let sql: String = sqlx::query_scalar("select json_timestamp($1)")
+        .bind(at)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("json_timestamp");
+    assert_eq!(json!(sql), json!(at));
+}
