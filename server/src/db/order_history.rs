@@ -5,7 +5,7 @@
 //! The entry is written by the mutation engine in the transaction that makes
 //! the version (see the migration `order_history` for why a table of its own
 //! and why no extra round trip): the allocation statement and
-//! `engine::orders::bump_announce_in_tx` carry it as one more sub-statement,
+//! `engine::edit::bump_announce_in_tx` carry it as one more sub-statement,
 //! the other acts write it with their last outbox event through
 //! [`announce_in_tx`].
 //!

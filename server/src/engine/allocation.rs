@@ -19,8 +19,9 @@ use holdfast_protocol::problem::{Problem, ProblemCode};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::edit::{ForEdit, ForEditRow, Held};
 use super::lines::over_allocation;
-use super::orders::{invalid_state, load, ForEdit, ForEditRow, Held};
+use super::orders::{invalid_state, load};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::outbox::announce_ats_in_tx;

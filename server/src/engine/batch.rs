@@ -18,7 +18,7 @@
 //!   their key rows in one statement just before the commit. Per item only
 //!   the handler's own statements remain: no savepoint and release, and
 //!   no claim or store of its own. An order the chunk has edited stays
-//!   locked and known (`orders::Held`), so the next line edit or
+//!   locked and known (`edit::Held`), so the next line edit or
 //!   allocation on it is its write alone: one round trip.
 //! * **With a savepoint per item** (the fallback): exactly the engine as a
 //!   REST call runs it, each item undone alone when it must be.
@@ -76,8 +76,8 @@ use holdfast_protocol::problem::{Problem, ProblemCode};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::edit::Held;
 use super::idempotency::{self, Claim, ManyClaim};
-use super::orders::Held;
 use holdfast_protocol::mutation::Mutation;
 
 use super::{

@@ -12,10 +12,8 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::allocation::{release_position_in_tx, LineRef};
-use super::orders::{
-    author, bump_announce_query, bump_announce_sql, bump_in_tx, load, lock_at_base, lock_for_edit,
-    Held,
-};
+use super::edit::{bump_announce_query, bump_announce_sql, lock_for_edit, Held};
+use super::orders::{author, bump_in_tx, load, lock_at_base};
 use super::Done;
 use crate::auth::Caller;
 use crate::db::order_history::{announce_in_tx, OrderEvent};

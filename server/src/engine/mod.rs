@@ -19,6 +19,7 @@
 
 mod allocation;
 pub mod batch;
+mod edit;
 pub mod idempotency;
 #[cfg(not(feature = "broken-allocation"))]
 pub mod known;
@@ -36,7 +37,7 @@ use sqlx::PgConnection;
 
 use crate::auth::Caller;
 use crate::error::Error;
-use orders::Held;
+use edit::Held;
 
 /// A mutation as it arrived: its key, the mutation it names, and API.md's
 /// fingerprint of the request as sent (method, path, canonical body).
