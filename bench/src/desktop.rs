@@ -193,7 +193,7 @@ fn stop(child: &mut Child) {
     let mut pids = descendants(child.id());
     pids.push(child.id());
     for pid in &pids {
-        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let _ = quiet(Command::new("kill").arg(pid.to_string())).status();
     }
     let until = Instant::now() + Duration::from_secs(5);
     while Instant::now() < until {
@@ -205,8 +205,14 @@ fn stop(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
     for pid in pids {
-        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        let _ = quiet(Command::new("kill").args(["-9", &pid.to_string()])).status();
     }
+}
+
+/// A `kill` whose target may have exited already: its "No such process" is
+/// not worth a line in the bench's progress.
+fn quiet(kill: &mut Command) -> &mut Command {
+    kill.stderr(Stdio::null())
 }
 
 /// Every process below `root` (children, their children, …).
