@@ -13,10 +13,27 @@ use uuid::Uuid;
 use super::{allocate_path, order_with_line, position};
 use crate::monitoring::sample;
 use crate::support::audit::{assert_ledgers_match_positions, assert_one_history_entry_per_version};
-use crate::support::{acme, assert_problem, kestrel_m, key, TestServer, MIGRATIONS};
+use crate::support::{acme, assert_problem, kestrel_m, key, Raw, TestServer, MIGRATIONS};
 
 const MOVED: &str = "holdfast_known_order_allocations_total{outcome=\"moved\"}";
 const DECLINED: &str = "holdfast_known_order_allocations_total{outcome=\"declined\"}";
+
+/// `POST …/allocate` of `qty` on the order's line, with `key`.
+async fn allocate(s: &TestServer, token: &str, at: (Uuid, Uuid), key: &str, qty: i64) -> Raw {
+    s.post(
+        token,
+        &allocate_path(at.0, at.1),
+        key,
+        json!({ "qty": qty }),
+    )
+    .await
+}
+
+/// `POST …/release` of `qty` on the order's line, with `key`.
+async fn release(s: &TestServer, token: &str, at: (Uuid, Uuid), key: &str, qty: i64) -> Raw {
+    let path = format!("/v1/orders/{}/lines/{}/release", at.0, at.1);
+    s.post(token, &path, key, json!({ "qty": qty })).await
+}
 
 async fn history(s: &TestServer, token: &str, order: Uuid) -> Vec<Value> {
     let (status, body) = s.get(&format!("/v1/orders/{order}/history"), token).await;
@@ -51,14 +68,7 @@ async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: Pg
 
     // `a` answered the line's add, so it knows the order: one call.
     let fast_key = key();
-    let fast = a
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &fast_key,
-            json!({"qty": 2}),
-        )
-        .await;
+    let fast = allocate(&a, &dana, (order, line), &fast_key, 2).await;
     assert_eq!(fast.status, StatusCode::OK, "{}", fast.json());
     assert_eq!(sample(&a, MOVED).await, 1.0);
     let answer = fast.json();
@@ -79,14 +89,7 @@ async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: Pg
         json!(written),
         "the stamp Postgres spliced in"
     );
-    let again = a
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &fast_key,
-            json!({"qty": 2}),
-        )
-        .await;
+    let again = allocate(&a, &dana, (order, line), &fast_key, 2).await;
     assert!(again.replayed());
     assert_eq!(
         again.bytes, fast.bytes,
@@ -94,14 +97,7 @@ async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: Pg
     );
 
     // The same move the ordinary way, from `b`, writes the same kinds of rows.
-    let slow = b
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &key(),
-            json!({"qty": 1}),
-        )
-        .await;
+    let slow = allocate(&b, &dana, (order, line), &key(), 1).await;
     assert_eq!(slow.status, StatusCode::OK, "{}", slow.json());
     assert_eq!(sample(&a, MOVED).await, 1.0, "b did not know the order");
     let entries = history(&a, &dana, order).await;
@@ -141,14 +137,7 @@ async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: Pg
 
     // `b` moved the order on: `a`'s document is stale, its call declines,
     // and the ordinary path answers from the order as it is.
-    let after_b = a
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &key(),
-            json!({"qty": 1}),
-        )
-        .await;
+    let after_b = allocate(&a, &dana, (order, line), &key(), 1).await;
     assert_eq!(after_b.status, StatusCode::OK, "{}", after_b.json());
     assert_eq!(sample(&a, DECLINED).await, 1.0);
     assert_eq!(after_b.json()["order"]["lines"][0]["qty_allocated"], 4);
@@ -157,26 +146,12 @@ async fn a_known_order_allocates_in_one_call_exactly_as_the_ordinary_path(db: Pg
         slow.json()["order"]["version"].as_i64().expect("version") + 1
     );
     // …and it learned the order again from that answer.
-    let last = a
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &key(),
-            json!({"qty": 1}),
-        )
-        .await;
+    let last = allocate(&a, &dana, (order, line), &key(), 1).await;
     assert_eq!(last.status, StatusCode::OK, "{}", last.json());
     assert_eq!(sample(&a, MOVED).await, 2.0);
     assert_eq!(last.json()["order"]["lines"][0]["qty_allocated"], 5);
     // A release on it is one call too.
-    let release = a
-        .post(
-            &dana,
-            &format!("/v1/orders/{order}/lines/{line}/release"),
-            &key(),
-            json!({"qty": 3}),
-        )
-        .await;
+    let release = release(&a, &dana, (order, line), &key(), 3).await;
     assert_eq!(release.status, StatusCode::OK, "{}", release.json());
     assert_eq!(sample(&a, MOVED).await, 3.0);
     assert_eq!(release.json()["order"]["lines"][0]["qty_allocated"], 2);
@@ -195,14 +170,7 @@ async fn a_known_order_short_of_stock_is_refused_the_ordinary_way(db: PgPool) {
     let (order, line, _) =
         order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), ats + 5).await;
     let k = key();
-    let refused = s
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &k,
-            json!({"qty": ats + 1}),
-        )
-        .await;
+    let refused = allocate(&s, &dana, (order, line), &k, ats + 1).await;
     assert_problem(refused.status, &refused.json(), 422, "insufficient_ats");
     assert_eq!(refused.json()["ats_available"], ats);
     assert_eq!(
@@ -212,14 +180,7 @@ async fn a_known_order_short_of_stock_is_refused_the_ordinary_way(db: PgPool) {
     );
     assert_eq!(position(&db, kestrel_m()).await, before, "nothing moved");
     // The refusal is stored like any other: the retry replays it.
-    let again = s
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &k,
-            json!({"qty": ats + 1}),
-        )
-        .await;
+    let again = allocate(&s, &dana, (order, line), &k, ats + 1).await;
     assert!(again.replayed());
     assert_eq!(again.bytes, refused.bytes);
     let ledger: i64 =
@@ -237,14 +198,7 @@ async fn a_revoked_token_is_refused_on_a_known_order_and_writes_nothing(db: PgPo
     let s = TestServer::start(db.clone()).await;
     let dana = s.login("acme", "dana@acme.test").await;
     let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 3).await;
-    let first = s
-        .post(
-            &dana,
-            &allocate_path(order, line),
-            &key(),
-            json!({"qty": 1}),
-        )
-        .await;
+    let first = allocate(&s, &dana, (order, line), &key(), 1).await;
     assert_eq!(first.status, StatusCode::OK);
     assert_eq!(sample(&s, MOVED).await, 1.0);
     // Revoked behind the server's back: only the call's own proof can tell.
@@ -255,9 +209,7 @@ async fn a_revoked_token_is_refused_on_a_known_order_and_writes_nothing(db: PgPo
         .expect("revoke");
     let before = position(&db, kestrel_m()).await;
     let k = key();
-    let refused = s
-        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
-        .await;
+    let refused = allocate(&s, &dana, (order, line), &k, 1).await;
     assert_problem(refused.status, &refused.json(), 401, "unauthorized");
     assert_eq!(position(&db, kestrel_m()).await, before);
     let keys: i64 = sqlx::query_scalar("select count(*) from idempotency_keys where key = $1")
@@ -287,18 +239,14 @@ async fn a_key_still_running_is_answered_in_flight_on_a_known_order(db: PgPool) 
     .await
     .expect("hold the key");
     let before = position(&db, kestrel_m()).await;
-    let waiting = s
-        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
-        .await;
+    let waiting = allocate(&s, &dana, (order, line), &k, 1).await;
     assert_problem(waiting.status, &waiting.json(), 409, "request_in_flight");
     assert!(waiting.headers.contains_key("retry-after"));
     holder.rollback().await.expect("rollback");
     assert_eq!(position(&db, kestrel_m()).await, before);
     assert_eq!(sample(&s, MOVED).await, 0.0);
     // Once the holder is gone the key is free, and the order still known.
-    let done = s
-        .post(&dana, &allocate_path(order, line), &k, json!({"qty": 1}))
-        .await;
+    let done = allocate(&s, &dana, (order, line), &k, 1).await;
     assert_eq!(done.status, StatusCode::OK, "{}", done.json());
     assert_eq!(sample(&s, MOVED).await, 1.0);
 }
