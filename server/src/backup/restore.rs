@@ -18,7 +18,7 @@
 //!
 //! - a new feed history (migration `feed_history`): every cursor and push
 //!   from before the restore is answered 410 `server_restored`, so desks pull
-//!   again from the start and re-send what the backup lacks (client/src/sync.rs);
+//!   again from the start and re-send what the backup lacks (client/src/sync/);
 //! - the restored feed rows move to this cluster's transaction ids: their
 //!   `xid`s came from the old cluster and may lie far above the ids this one
 //!   hands out, where they would hold back compaction (its bookmark walks in

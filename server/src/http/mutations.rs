@@ -338,7 +338,7 @@ pub(crate) const HISTORY: &str = "holdfast-history";
 /// With `Holdfast-History` (the history of the desk's last pull), a server
 /// restored from a backup since then answers 410 `server_restored` and runs
 /// nothing: the desk's queue was made against a newer state than this one
-/// holds, and it must pull and re-send first (client/src/sync.rs).
+/// holds, and it must pull and re-send first (client/src/sync/).
 #[utoipa::path(post, path = "/v1/sync/push", request_body = PushRequest, security(("bearer" = [])),
     params(("Holdfast-History" = Option<Uuid>, Header, description = "the `history` of the desk's last pull")),
     responses((status = 200, body = PushResponse), (status = 400, body = Problem), (status = 401, body = Problem),
