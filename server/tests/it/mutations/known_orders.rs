@@ -276,3 +276,104 @@ async fn json_timestamp_writes_a_time_as_the_server_json_does(db: PgPool) {
         .expect("json_timestamp");
     assert_eq!(json!(sql), json!(at));
 }
+
+/// How many times `conn`'s current transaction has scanned the key table
+/// sequentially (counts not yet reported, so exact for this transaction).
+async fn key_table_scans(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "select coalesce(sum(seq_scan), 0)::int8 from pg_stat_xact_user_tables
+          where relname = 'idempotency_keys'",
+    )
+    .fetch_one(conn)
+    .await
+    .expect("scans")
+}
+
+/// One allocation of 1 through `allocation_move` on `conn`, as the engine
+/// makes it (the key claimed first, in the same transaction); returns how
+/// many times that transaction scanned the key table.
+async fn move_one(conn: &mut sqlx::PgConnection, order: Uuid, line: Uuid, user: Uuid) -> i64 {
+    let mut tx = sqlx::Connection::begin(conn).await.expect("begin");
+    let k = key();
+    sqlx::query(
+        "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
+         values ($1, $2, 'f', 0, '')",
+    )
+    .bind(acme())
+    .bind(&k)
+    .execute(&mut *tx)
+    .await
+    .expect("claim");
+    let version: i64 = sqlx::query_scalar("select version from orders where id = $1")
+        .bind(order)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("version");
+    let moved: Option<i64> = sqlx::query_scalar(
+        "select version from allocation_move($1, $2, 1, $3, $4, $5, $6, $7, 'now',
+                 'allocate', 'order.line_allocated', 1, 'head', 'mid', 'tail')",
+    )
+    .bind(acme())
+    .bind(kestrel_m())
+    .bind(order)
+    .bind(line)
+    .bind(&k)
+    .bind(user)
+    .bind(version)
+    .fetch_optional(&mut *tx)
+    .await
+    .expect("move");
+    assert_eq!(moved, Some(version + 1), "the move was made");
+    let scans = key_table_scans(&mut tx).await;
+    tx.commit().await.expect("commit");
+    scans
+}
+
+/// `allocation_move` stores its answer by the key's primary key however
+/// small the key table was when the connection planned it. Plpgsql keeps a
+/// generic plan per connection, made on about the sixth call: made on a
+/// young database, the answer's write was a sequential scan, and every
+/// later call on that connection read the whole key table until an ANALYZE
+/// made it plan again.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn the_answer_is_stored_by_key_however_small_the_key_table_was_when_planned(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 40).await;
+    let user: Uuid = sqlx::query_scalar("select id from users where email = 'dana@acme.test'")
+        .fetch_one(&db)
+        .await
+        .expect("dana");
+    // Stock for every move below (the demo's is a few units).
+    sqlx::query("update sku_positions set on_hand = on_hand + 100 where sku_id = $1")
+        .bind(kestrel_m())
+        .execute(&db)
+        .await
+        .expect("stock");
+    // Statistics of a young database (autovacuum's first ANALYZE, or the
+    // bench's after it seeds): the key table is all but empty.
+    sqlx::query("analyze idempotency_keys")
+        .execute(&db)
+        .await
+        .expect("analyze");
+    let mut mover = db.acquire().await.expect("conn");
+    // The connection plans while the key table is a page or two.
+    for _ in 0..8 {
+        move_one(&mut mover, order, line, user).await;
+    }
+    // The table grows, and nothing analyses it.
+    sqlx::query(
+        "insert into idempotency_keys (tenant_id, key, fingerprint, status_code, response_body)
+         select $1, 'filler-' || i, 'f', 200, '' from generate_series(1, 20000) i",
+    )
+    .bind(acme())
+    .execute(&db)
+    .await
+    .expect("filler");
+
+    assert_eq!(
+        move_one(&mut mover, order, line, user).await,
+        0,
+        "the key table was scanned"
+    );
+}
