@@ -105,3 +105,44 @@ export function withLatency(m: MockBackend, ms = 15) {
   }
   return { backend, idle, log };
 }
+
+/**
+ * The backend with one call held back, so that a newer call can overtake it:
+ * `hold(name)` makes the next call of `name` read the mock at once (what it
+ * answers is the state of that moment, as with the engine) but answer only
+ * on `release()`. `arrived` resolves once that call has been made.
+ */
+export function holdable(m: MockBackend) {
+  let held: { name: string; came: () => void; gate: Promise<void> } | null = null;
+  const backend = new Proxy(m, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver);
+      if (typeof v !== 'function' || prop === 'on' || prop === 'constructor') return v;
+      return async (...args: unknown[]) => {
+        const r = await (v as (...a: unknown[]) => unknown).apply(target, args);
+        const h = held;
+        if (h && h.name === prop) {
+          held = null;
+          h.came();
+          await h.gate;
+        }
+        return r;
+      };
+    },
+  }) as MockBackend;
+  function hold(name: keyof MockBackend & string) {
+    let came!: () => void;
+    let release!: () => void;
+    const arrived = new Promise<void>((r) => (came = r));
+    held = { name, came, gate: new Promise<void>((r) => (release = r)) };
+    return { arrived, release };
+  }
+  return { backend, hold };
+}
+
+/**
+ * Lets every promise already resolved run its course (the mock answers at
+ * once, so a load released by a test finishes within one turn of the event
+ * loop), and Svelte update the page. Not a wait for time.
+ */
+export const drained = () => new Promise<void>((r) => setTimeout(r, 0));

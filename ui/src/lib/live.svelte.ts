@@ -8,6 +8,7 @@
  * "Pending: 0" while a screen still shows an order's badge as pending.
  */
 import type { Backend, SyncStatus, Unsubscribe } from './backend';
+import { Latest } from './latest';
 
 export const CHANGE_DEBOUNCE_MS = 100;
 /** A safety net if an event is ever missed: the status is re-read this often. */
@@ -27,6 +28,7 @@ export class Live {
   private pending: ReturnType<typeof setTimeout> | null = null;
   /** A pushed status waiting for the next tick. */
   private heard: SyncStatus | null = null;
+  private readonly reads = new Latest();
 
   constructor(
     private readonly backend: Backend,
@@ -71,11 +73,15 @@ export class Live {
     }, CHANGE_DEBOUNCE_MS);
   }
 
-  async refreshStatus(): Promise<void> {
-    try {
-      this.status = await this.backend.getStatus();
-    } catch {
-      // The status bar keeps the last known status; the next event retries.
-    }
+  /** Reads overlap (each tick, the poll): only the newest may show (./latest.ts). */
+  refreshStatus(): Promise<void> {
+    return this.reads.run(async (current) => {
+      try {
+        const s = await this.backend.getStatus();
+        if (current()) this.status = s;
+      } catch {
+        // The status bar keeps the last known status; the next event retries.
+      }
+    });
   }
 }
