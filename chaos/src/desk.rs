@@ -617,12 +617,22 @@ impl Desk {
     }
 
     /// Syncs until nothing is left to send (every row answered: gone, or a
-    /// conflict or rejection held for the user), within `passes` passes.
-    /// Faults are off by now; a pass that still fails is retried.
-    pub async fn settle(&mut self, passes: usize) -> anyhow::Result<()> {
+    /// conflict or rejection held for the user), within `passes` passes and
+    /// `within` (an act the server keeps answering 5xx would otherwise wait
+    /// out its backoff, up to a second, on every pass). Faults are off by
+    /// now; a pass that still fails is retried.
+    pub async fn settle(&mut self, passes: usize, within: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
         for _ in 0..passes {
-            if self.queued_rows()? == 0 {
+            let sendable = self.queued_rows()?;
+            if sendable == 0 {
                 return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "desk {}: {sendable} act(s) still sendable after {within:?}",
+                    self.index
+                );
             }
             if !self.sync().await? {
                 // Faults are off by now, but a loaded machine may still time

@@ -27,12 +27,15 @@ use crate::proxy::{Faults, StatsSnapshot};
 const CONVERGE_DEADLINE: Duration = Duration::from_secs(90);
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(120);
 const SETTLE_PASSES: usize = 400;
+const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
+/// All of `resolve_everything`'s rounds together.
+const RESOLVE_DEADLINE: Duration = Duration::from_secs(180);
 
 pub(super) async fn finish(stage: &mut Stage, mut desks: Vec<Desk>) -> anyhow::Result<()> {
     calm(stage).await?;
     for d in desks.iter_mut() {
         d.go_online();
-        if let Err(e) = d.settle(SETTLE_PASSES).await {
+        if let Err(e) = d.settle(SETTLE_PASSES, SETTLE_DEADLINE).await {
             stage.audit.check(
                 "every desk can send its queue once the network is back",
                 vec![format!("{e:#}")],
@@ -132,6 +135,7 @@ fn held_rows_carry_their_reason(stage: &mut Stage, desks: &[Desk]) -> anyhow::Re
 /// until nothing is left.
 async fn resolve_everything(stage: &mut Stage, desks: &mut [Desk]) -> anyhow::Result<()> {
     let mut left = Vec::new();
+    let deadline = Instant::now() + RESOLVE_DEADLINE;
     for round in 0..40 {
         left.clear();
         // The first rounds keep the user's work (rebase, "mine", reduce to
@@ -144,7 +148,10 @@ async fn resolve_everything(stage: &mut Stage, desks: &mut [Desk]) -> anyhow::Re
         };
         for d in desks.iter_mut() {
             d.resolve_some(how)?;
-            if let Err(e) = d.settle(SETTLE_PASSES).await {
+            let within = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SETTLE_DEADLINE);
+            if let Err(e) = d.settle(SETTLE_PASSES, within).await {
                 left.push(format!("{e:#}"));
             }
             let n = d.engine().pending_rows()?.len();
@@ -152,7 +159,7 @@ async fn resolve_everything(stage: &mut Stage, desks: &mut [Desk]) -> anyhow::Re
                 left.push(format!("desk {}: {n} act(s) pending", d.index));
             }
         }
-        if left.is_empty() {
+        if left.is_empty() || Instant::now() >= deadline {
             break;
         }
     }
