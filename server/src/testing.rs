@@ -1,6 +1,6 @@
 //! For test binaries that need Postgres: without `DATABASE_URL`,
 //! `#[sqlx::test]` panics deep inside sqlx ("DATABASE_URL must be set") in
-//! every test at once. [`require_database_url!`] makes the binary say in one
+//! every test at once. [`require_database_url!`](crate::require_database_url) makes the binary say in one
 //! line how to run it, before the harness starts, and exit.
 
 /// What a test binary prints when `DATABASE_URL` is missing.
@@ -8,7 +8,7 @@ pub const MISSING_DATABASE_URL: &str =
     "these tests need Postgres: run `make test` (it starts and removes a private cluster), \
 or `holdfast-server postgres start --data-dir DIR` and export the DATABASE_URL line it prints";
 
-/// Called before `main` by [`require_database_url!`]. Exits with status 2
+/// Called before `main` by [`require_database_url!`](crate::require_database_url). Exits with status 2
 /// (the harness's own "could not run" code) when `DATABASE_URL` is unset.
 pub fn exit_unless_database_url() {
     if std::env::var_os("DATABASE_URL").is_none() {

@@ -38,7 +38,7 @@ pub struct Status {
     /// Not signed in, after an earlier sign-in: who was, for the sign-in
     /// form, and why the server ended it if it did.
     pub signed_out: Option<SignedOut>,
-    /// Acts pending for [`STUCK_AFTER`] or more while the desk was online:
+    /// Acts pending for `STUCK_AFTER` or more while the desk was online:
     /// the network is not the reason they have not landed.
     pub stuck: i64,
     /// How many orders have a partner delivery dead-lettered on the server

@@ -5,7 +5,7 @@
 //! would be gone from the desk until it changed again. Here it waits, raw,
 //! with why: the desk shows it as needing a newer app, and when a build
 //! that reads it opens the store, it is applied like a fresh pull
-//! ([`crate::sync::reapply_unreadable`]). A readable version of the same
+//! (`crate::sync::reapply_unreadable`). A readable version of the same
 //! document, or its deletion, replaces it.
 
 use rusqlite::{params, Transaction};

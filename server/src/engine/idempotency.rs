@@ -81,7 +81,7 @@ pub enum ManyClaim {
     /// Ours, inserted by this statement: run the mutation.
     Claimed,
     /// Answered already: the stored fingerprint, status and body, for
-    /// [`resolve`] to judge against each request sent with this key.
+    /// `resolve` to judge against each request sent with this key.
     Answered {
         fingerprint: String,
         status: i16,

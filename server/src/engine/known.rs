@@ -7,7 +7,7 @@
 //! process answered the order's last edit, it already holds the document
 //! that edit left ([`KnownOrders`]), and the read only confirms it. So the
 //! move is decided here, from that document, exactly as the ordinary path
-//! decides it ([`allocation::decide`]), its answer built, and the whole of it
+//! decides it (`allocation::decide`), its answer built, and the whole of it
 //! sent as one call in autocommit, `allocate_on_known_order` (migration
 //! 20261210000100): claim the key (binding the tenant, proving a caller
 //! from the token cache), lock the order only if it is still at the version

@@ -2,8 +2,8 @@
 //! price lists, written by operators.
 //!
 //! Every write here runs under the same idempotency rules as an order
-//! mutation, in one transaction: [`begin`] claims the key (or finds the
-//! stored answer), the write runs, [`finish`] stores the answer on the key
+//! mutation, in one transaction: `begin` claims the key (or finds the
+//! stored answer), the write runs, `finish` stores the answer on the key
 //! and commits — or rolls everything back when the answer is not a stored
 //! outcome. Writes follow the engine's rule: every rejection is decided
 //! before the first write (an import validates the whole file first).

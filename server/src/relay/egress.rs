@@ -15,7 +15,7 @@ use reqwest::Url;
 /// True for addresses a partner endpoint may not be: our loopback, private
 /// and link-local ranges, CGNAT, unspecified, multicast, broadcast — and the
 /// same ranges reached through an IPv6 address that carries an IPv4 one
-/// (see [`embedded_v4`]), which a NAT64 gateway or a 6to4/Teredo relay
+/// (see `embedded_v4`), which a NAT64 gateway or a 6to4/Teredo relay
 /// would route to that IPv4 address.
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
