@@ -17,7 +17,7 @@ online: boolean | null, pending: number, oldest_pending_at: string | null, oldes
  */
 signed_out: SignedOut | null, 
 /**
- * Acts pending for [`STUCK_AFTER`] or more while the desk was online:
+ * Acts pending for `STUCK_AFTER` or more while the desk was online:
  * the network is not the reason they have not landed.
  */
 stuck: number, 
