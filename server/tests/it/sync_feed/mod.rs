@@ -142,6 +142,20 @@ pub(crate) async fn edit_in_open_tx(
     (tx, xid, version)
 }
 
+/// Waits until every transaction that wrote before now has finished anywhere
+/// in the cluster, so a pull's fence has passed all of them. Before a desk's
+/// first pull in a test that asserts a later pull is empty: another test's
+/// transaction may hold the fence below this test's seed or creations, and
+/// the feed would then bring those documents again once it lets go (the
+/// first pull's documented repeat).
+async fn wait_until_settled(db: &PgPool) {
+    let now: i64 = sqlx::query_scalar("select pg_current_xact_id()::text::bigint")
+        .fetch_one(db)
+        .await
+        .expect("xid");
+    wait_for_fence_past(db, now).await;
+}
+
 /// Waits until no transaction at or below `xid` is in flight anywhere in the
 /// cluster, i.e. until a pull's fence has passed it. Other tests' databases
 /// share the cluster, and their transactions hold the fence too.

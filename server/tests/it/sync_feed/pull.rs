@@ -12,7 +12,9 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{create_order, edit_in_open_tx, wait_for_fence_past, Mirror, PATIENCE};
+use super::{
+    create_order, edit_in_open_tx, wait_for_fence_past, wait_until_settled, Mirror, PATIENCE,
+};
 use crate::support::{assert_problem, key, TestServer, MIGRATIONS};
 
 #[sqlx::test(migrator = "MIGRATIONS")]
@@ -142,15 +144,9 @@ async fn a_transaction_committing_late_is_never_skipped(db: PgPool) {
     let tenant = demo::tenant_id("acme");
     let early = create_order(&s, &dana, "acme", "Austin Boutique").await;
     let late = create_order(&s, &dana, "acme", "Tokyo Distributor").await;
-    // Caught up for real: another test's transaction anywhere in the cluster
-    // may hold the fence below the creations, and a creation served only
-    // later would bring its order (at its current version) into the pull
-    // between the commits below.
-    let now: i64 = sqlx::query_scalar("select pg_current_xact_id()::text::bigint")
-        .fetch_one(&db)
-        .await
-        .expect("xid");
-    wait_for_fence_past(&db, now).await;
+    // Caught up for real: a creation served only later would bring its order
+    // (at its current version) into the pull between the commits below.
+    wait_until_settled(&db).await;
     let mut desk = Mirror::default();
     desk.catch_up(&s, &dana, 1000).await;
 
@@ -327,6 +323,8 @@ async fn pull_is_tenant_scoped_and_checks_its_input(db: PgPool) {
     let gina = s.login("globex", "gina@globex.test").await;
     let acme_order = create_order(&s, &dana, "acme", "Austin Boutique").await;
 
+    // Past the seed for real, or globex's own pull below repeats its catalogue.
+    wait_until_settled(&db).await;
     let mut globex = Mirror::default();
     globex.catch_up(&s, &gina, 1000).await;
     let globex_skus: Vec<String> = {
