@@ -133,8 +133,15 @@ async fn a_pending_line_shows_the_expected_price_then_the_servers_and_a_differen
     let (price_c, how_c) = price_of(&desk.order(order).expect("view").expect("order"), c);
     assert_eq!((price_c, how_c.expected), (new_price, Some(list_price)));
 
-    // The changed list reached the desk by the pull: a new line expects it.
-    desk.sync_once().await.expect("pull the new list");
+    // The changed list reaches the desk by the pull (perhaps not the first:
+    // the feed's fence waits for older transactions): a new line expects it.
+    sync_until(&desk, |d| {
+        d.skus_for("", 1000, Some(customer))
+            .expect("search")
+            .into_iter()
+            .any(|s| s.sku.id == listed && s.customer_price == Some(new_price))
+    })
+    .await;
     let d = desk.add_line(order, listed, 1).expect("line");
     let (price_d, _) = price_of(&desk.order(order).expect("view").expect("order"), d);
     assert_eq!(price_d, new_price);

@@ -9,13 +9,20 @@
 //! each tenant's newest unannounced xid and re-reads the fence (one tiny query
 //! per process, not per desk) until it has passed.
 //!
+//! A commit nobody of its tenant was listening to is remembered too, until the
+//! fence passes it: a desk that opens its stream meanwhile pulls right after,
+//! cannot see that commit yet (the fence holds it back), and must still hear
+//! of it. So opening a stream ([`Hub::open`]) reads the fence once and tells
+//! the dispatcher, which adopts whatever of that tenant is still at or above
+//! it.
+//!
 //! Each tenant has a small broadcast channel. Sending never waits, so a slow
 //! or dead desk cannot hold up anyone: its receiver lags, and a lagging
 //! receiver skips to the newest poke (pokes carry no data; one is as good as
 //! many).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
@@ -51,6 +58,8 @@ const RETRY: Duration = Duration::from_secs(1);
 pub struct Hub {
     tenants: Mutex<HashMap<Uuid, broadcast::Sender<Position>>>,
     closed: watch::Sender<bool>,
+    /// The dispatcher's inbox, once [`super::start`] has started it.
+    dispatcher: OnceLock<mpsc::UnboundedSender<Heard>>,
 }
 
 impl Hub {
@@ -58,11 +67,37 @@ impl Hub {
         Arc::new(Hub {
             tenants: Mutex::new(HashMap::new()),
             closed: watch::Sender::new(false),
+            dispatcher: OnceLock::new(),
         })
     }
 
+    /// A desk's stream of pokes for its tenant, which also hears of every
+    /// commit a pull made after this returns cannot see yet: the fence is read
+    /// once here, after subscribing, and the dispatcher adopts the tenant's
+    /// unannounced commits at or above it. One query per stream opened, none
+    /// per commit.
+    pub async fn open(self: &Arc<Self>, db: &PgPool, tenant_id: Uuid) -> Subscription {
+        let subscription = self.subscribe(tenant_id);
+        let since = match fence(db).await {
+            Ok((xmin, _)) => xmin,
+            Err(e) => {
+                // Then every unannounced commit of the tenant is adopted: at
+                // worst one poke the desk did not need.
+                tracing::warn!(error = %e, "reading the feed fence for a new stream failed");
+                0
+            }
+        };
+        if let Some(dispatcher) = self.dispatcher.get() {
+            // Err only means the dispatcher has stopped (shutting down).
+            let _ = dispatcher.send(Heard::Opened { tenant_id, since });
+        }
+        subscription
+    }
+
     /// A desk's stream of pokes for its tenant. Counted in the
-    /// `holdfast_sync_streams` gauge until dropped.
+    /// `holdfast_sync_streams` gauge until dropped. It hears of commits the
+    /// dispatcher learns of from now on; [`Hub::open`] also covers the ones
+    /// already heard but not yet visible.
     pub fn subscribe(self: &Arc<Self>, tenant_id: Uuid) -> Subscription {
         let rx = if *self.closed.borrow() {
             None
@@ -172,6 +207,9 @@ enum Heard {
     /// The connection was lost and re-established: anything may have
     /// committed in between.
     Lost,
+    /// A stream of this tenant opened when the fence was `since`
+    /// ([`Hub::open`]).
+    Opened { tenant_id: Uuid, since: i64 },
 }
 
 /// Opens the LISTEN connection and starts the tasks that serve it; returns
@@ -183,6 +221,8 @@ pub(super) async fn start(db: PgPool, hub: Arc<Hub>) -> Result<Vec<JoinHandle<()
     // waits on timers too, and `PgListener::try_recv` is not documented as
     // safe to cancel; the receiver only ever cancels it to shut down.
     let (tx, rx) = mpsc::unbounded_channel();
+    // A second start on the same hub (never in the server) keeps the first.
+    let _ = hub.dispatcher.set(tx.clone());
     Ok(vec![
         tokio::spawn(receive(listener, tx, hub.closed())),
         tokio::spawn(dispatch(db, hub, rx)),
@@ -245,6 +285,9 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
     let mut closed = hub.closed();
     // Tenant → newest xid heard but not yet poked.
     let mut pending: HashMap<Uuid, i64> = HashMap::new();
+    // The same for tenants nobody was watching, kept until the fence passes
+    // it for a stream that opens before then (`Heard::Opened`).
+    let mut unwatched: HashMap<Uuid, i64> = HashMap::new();
     let mut lost = false;
     let mut check_at: Option<Instant> = None;
     // When the fence was last read, and the wait before re-reading it while
@@ -259,10 +302,22 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
                 match heard {
                     None => return,
                     Some(Heard::Commit { tenant_id, xid }) => {
-                        // Nobody of that tenant is connected: nothing to poke.
-                        if hub.is_watched(tenant_id) {
-                            let newest = pending.entry(tenant_id).or_insert(xid);
-                            *newest = (*newest).max(xid);
+                        // Nobody of that tenant is connected: nothing to poke
+                        // yet, but a stream may open before a pull can see it.
+                        let book = if hub.is_watched(tenant_id) {
+                            &mut pending
+                        } else {
+                            &mut unwatched
+                        };
+                        raise(book, tenant_id, xid);
+                    }
+                    Some(Heard::Opened { tenant_id, since }) => {
+                        // Below `since`, every pull the new stream's desk makes
+                        // sees it; at or above, only a poke will tell it.
+                        if let Some(xid) = unwatched.remove(&tenant_id) {
+                            if xid >= since {
+                                raise(&mut pending, tenant_id, xid);
+                            }
                         }
                     }
                     Some(Heard::Lost) => lost = true,
@@ -285,6 +340,7 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
                                 *newest = (*newest).max(xmax - 1);
                             }
                         }
+                        unwatched.retain(|_, xid| *xid >= xmin);
                         let cursor = Position::Feed { xid: xmin, id: 0 };
                         pending.retain(|tenant_id, xid| {
                             if *xid < xmin {
@@ -312,6 +368,12 @@ async fn dispatch(db: PgPool, hub: Arc<Hub>, mut rx: mpsc::UnboundedReceiver<Hea
             }
         }
     }
+}
+
+/// Keeps the newest xid heard for `tenant_id`.
+fn raise(book: &mut HashMap<Uuid, i64>, tenant_id: Uuid, xid: i64) {
+    let newest = book.entry(tenant_id).or_insert(xid);
+    *newest = (*newest).max(xid);
 }
 
 /// The current fence (oldest xid in flight) and the next xid to be assigned.

@@ -86,15 +86,15 @@ pub(crate) fn restored() -> Error {
 /// caught up would hold now: a desk whose last pull returned exactly it has
 /// nothing to fetch. It is never a substitute for the desk's own cursor
 /// (changes before it may not be pulled yet). Open the stream first, then
-/// pull: every commit after the response starts is announced.
+/// pull: every commit that pull cannot see yet is announced once it can.
 #[utoipa::path(get, operation_id = "stream_changes", path = "/v1/sync/stream", security(("bearer" = [])),
     responses((status = 200, content_type = "text/event-stream", body = String,
                description = "`event: changed` / `data: {\"cursor\"}` per commit; a comment at least every 15 s"),
               (status = 401, body = Problem)))]
 pub(crate) async fn stream(State(state): State<AppState>, caller: Caller) -> impl IntoResponse {
-    // Subscribed before the response starts, so a desk that sees the headers
-    // hears every later commit.
-    let subscription = state.hub.subscribe(caller.tenant_id);
+    // Opened before the response starts, so a desk that sees the headers
+    // hears of every commit its next pull cannot see yet.
+    let subscription = state.hub.open(&state.db, caller.tenant_id).await;
     let pokes = stream::unfold(subscription, |mut subscription| async move {
         let position = subscription.next().await?;
         let data = serde_json::json!({ "cursor": cursor::encode(&position) }).to_string();

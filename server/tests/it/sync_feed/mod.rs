@@ -1,7 +1,7 @@
 //! The pull feed and the live stream over real HTTP and real Postgres: no
 //! change skipped when transactions commit out of order, a paging reader
-//! converging under concurrent writers, pokes within a second for the right
-//! tenant only, one LISTEN connection however many desks, compaction.
+//! converging under concurrent writers, pokes for the right tenant only, one
+//! LISTEN connection however many desks, compaction.
 
 use std::collections::HashMap;
 use std::time::Duration;

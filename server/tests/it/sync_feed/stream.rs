@@ -1,4 +1,5 @@
-//! The live stream: pokes within a second for the right tenant only,
+//! The live stream: pokes for the right tenant only, each once its commit
+//! can be pulled,
 //! heartbeats, one LISTEN connection for every desk, and no poke lost when
 //! that connection is.
 
@@ -11,7 +12,10 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{create_order, edit_in_open_tx, Mirror, PATIENCE};
+use holdfast_server::feed::notify::CHANNEL;
+use sqlx::postgres::PgListener;
+
+use super::{create_order, edit_in_open_tx, wait_until_settled, Mirror, PATIENCE};
 use crate::support::{assert_problem, TestServer, MIGRATIONS};
 
 enum SseItem {
@@ -72,10 +76,10 @@ impl EventStream {
     }
 
     /// The next `changed` event by `deadline`; panics otherwise.
-    async fn changed_by(&mut self, deadline: Instant) -> (Instant, Value) {
+    async fn changed_by(&mut self, deadline: Instant) -> Value {
         loop {
             match self.next_by(deadline).await {
-                Some((at, SseItem::Changed(data))) => return (at, data),
+                Some((_, SseItem::Changed(data))) => return data,
                 Some((_, SseItem::Other(block))) => panic!("unexpected event: {block}"),
                 Some((_, SseItem::Comment(_))) => {}
                 None => panic!("no `changed` event by the deadline"),
@@ -106,10 +110,12 @@ fn parse_block(block: &str) -> SseItem {
     }
 }
 
-/// Pokes arrive within a second of the commit, and a pull right after one
-/// shows the change. Another tenant's desk hears nothing of it.
+/// A commit pokes its tenant's desks, and a pull right after the poke shows
+/// the change. Another tenant's desk hears nothing of it. How soon the poke
+/// comes is the bench's to measure (item 7), not a test's: a transaction
+/// anywhere in the cluster holds the feed's fence, and the poke with it.
 #[sqlx::test(migrator = "MIGRATIONS")]
-async fn stream_pokes_within_a_second_and_only_its_tenant(db: PgPool) {
+async fn stream_pokes_its_tenant_once_the_commit_can_be_pulled(db: PgPool) {
     let s = TestServer::start(db.clone()).await;
     let dana = s.login("acme", "dana@acme.test").await;
     let gina = s.login("globex", "gina@globex.test").await;
@@ -128,14 +134,11 @@ async fn stream_pokes_within_a_second_and_only_its_tenant(db: PgPool) {
     let mut globex_desk = Mirror::default();
     globex_desk.catch_up(&s, &gina, 1000).await;
 
-    // Acme commits: acme's desk is poked within a second, and the pull the
+    // Acme commits: acme's desk is poked, and the pull the
     // poke prompts shows the change.
     let (tx, _, version) = edit_in_open_tx(&db, demo::tenant_id("acme"), acme_order, "poke").await;
     tx.commit().await.expect("commit");
-    let committed = Instant::now();
-    let (at, data) = acme.changed_by(committed + PATIENCE).await;
-    let waited = at.saturating_duration_since(committed);
-    assert!(waited <= Duration::from_secs(1), "poked after {waited:?}");
+    let data = acme.changed_by(Instant::now() + PATIENCE).await;
     assert!(data["cursor"].is_string(), "{data}");
     acme_desk.pull(&s, &dana, 1000).await;
     assert_eq!(
@@ -151,10 +154,7 @@ async fn stream_pokes_within_a_second_and_only_its_tenant(db: PgPool) {
     let (tx, _, version) =
         edit_in_open_tx(&db, demo::tenant_id("globex"), globex_order, "globex poke").await;
     tx.commit().await.expect("commit");
-    let committed = Instant::now();
-    let (at, data) = globex.changed_by(committed + PATIENCE).await;
-    let waited = at.saturating_duration_since(committed);
-    assert!(waited <= Duration::from_secs(1), "poked after {waited:?}");
+    let data = globex.changed_by(Instant::now() + PATIENCE).await;
     let mut probe = Mirror {
         cursor: Some(data["cursor"].as_str().expect("cursor").to_owned()),
         ..Mirror::default()
@@ -180,6 +180,50 @@ async fn stream_pokes_within_a_second_and_only_its_tenant(db: PgPool) {
         .expect("send");
     let (status, body) = crate::support::read(resp).await;
     assert_problem(status, &body, 401, "unauthorized");
+}
+
+/// A commit made while no desk of its tenant was listening, and still held
+/// back by an older transaction when a desk reconnects its stream and pulls,
+/// is announced once the fence passes it: that pull could not see it, so only
+/// the poke tells the desk (before, the commit was forgotten as unwatched and
+/// the desk heard of it at its next poll at best).
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_commit_the_reconnecting_desks_pull_cannot_see_yet_is_announced(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let order = create_order(&s, &dana, "acme", "Austin Boutique").await;
+    wait_until_settled(&db).await;
+    let mut desk = Mirror::default();
+    desk.catch_up(&s, &dana, 1000).await;
+    let before = desk.get("order", order).expect("order").0;
+
+    // The desk is offline. An older transaction holds the fence below the
+    // edit that commits meanwhile; the test waits to hear the edit's
+    // notification, which reaches the server's LISTEN connection alike.
+    let mut older = db.begin().await.expect("begin");
+    sqlx::query("select pg_current_xact_id()")
+        .execute(&mut *older)
+        .await
+        .expect("take an xid");
+    let mut heard = PgListener::connect_with(&db).await.expect("connect");
+    heard.listen(CHANNEL).await.expect("listen");
+    let (tx, _, version) = edit_in_open_tx(&db, demo::tenant_id("acme"), order, "held").await;
+    tx.commit().await.expect("commit");
+    tokio::time::timeout(PATIENCE, heard.recv())
+        .await
+        .expect("the edit's notification")
+        .expect("notification");
+
+    // It reconnects: the stream first, then a pull, which cannot see the edit.
+    let mut stream = EventStream::open(&s, &dana).await;
+    desk.pull(&s, &dana, 1000).await;
+    assert_eq!(desk.get("order", order).expect("order").0, before);
+
+    // The older transaction ends: the poke comes, and its pull shows the edit.
+    older.commit().await.expect("commit");
+    stream.changed_by(Instant::now() + PATIENCE).await;
+    desk.pull(&s, &dana, 1000).await;
+    assert_eq!(desk.get("order", order).expect("order").0, version);
 }
 
 /// API.md: a comment line at least every 15 s, so proxies keep the stream
