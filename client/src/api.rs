@@ -156,6 +156,34 @@ impl Reachability {
     }
 }
 
+/// The HTTP clients an [`Api`] sends through: one for requests, one for the
+/// live stream (no whole-request timeout there). Building one loads the
+/// platform's root certificates and starts an empty connection pool, so an
+/// engine builds its transport once and every [`Api`] it makes shares it
+/// (cheap to clone): a sync pass reuses the previous pass's connections
+/// instead of re-reading every root certificate and connecting again.
+#[derive(Clone)]
+pub(crate) struct Transport {
+    http: reqwest::Client,
+    stream_http: reqwest::Client,
+}
+
+impl Transport {
+    pub(crate) fn new(t: Timeouts) -> Result<Transport, ApiError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(t.connect)
+            .timeout(t.request)
+            .build()
+            .map_err(network)?;
+        let stream_http = reqwest::Client::builder()
+            .connect_timeout(t.connect)
+            .read_timeout(t.stream_idle)
+            .build()
+            .map_err(network)?;
+        Ok(Transport { http, stream_http })
+    }
+}
+
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
@@ -175,24 +203,21 @@ impl std::fmt::Debug for Api {
 }
 
 impl Api {
+    /// A client with a transport of its own (see [`Transport`] for why an
+    /// engine shares one instead).
     pub fn new(base: &str, token: Option<String>, t: Timeouts) -> Result<Api, ApiError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(t.connect)
-            .timeout(t.request)
-            .build()
-            .map_err(network)?;
-        let stream_http = reqwest::Client::builder()
-            .connect_timeout(t.connect)
-            .read_timeout(t.stream_idle)
-            .build()
-            .map_err(network)?;
-        Ok(Api {
-            http,
-            stream_http,
+        Ok(Api::over(Transport::new(t)?, base, token))
+    }
+
+    /// A client sending through `transport`.
+    pub(crate) fn over(transport: Transport, base: &str, token: Option<String>) -> Api {
+        Api {
+            http: transport.http,
+            stream_http: transport.stream_http,
             base: base.trim_end_matches('/').to_owned(),
             token,
             reachability: Arc::default(),
-        })
+        }
     }
 
     /// Records this client's successful answers in the engine's record.

@@ -62,7 +62,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, Notify};
 use uuid::Uuid;
 
-use crate::api::{Api, ApiError, Reachability, Timeouts};
+use crate::api::{Api, ApiError, Reachability, Timeouts, Transport};
 use crate::conflict::ResolveError;
 use crate::store::sync_state::{self, Profile};
 use crate::store::{self, now_ms, order_flags, pending, Store, StoreError};
@@ -226,6 +226,9 @@ pub(crate) struct Inner {
     /// The server's latest answer against the stream's latest loss.
     pub(crate) reachability: Arc<Reachability>,
     token: Mutex<Option<String>>,
+    /// Built on first use and shared by every API client this engine makes
+    /// (its connection pool and root certificates; see [`Transport`]).
+    transport: Mutex<Option<Transport>>,
 }
 
 /// The local-first engine over one store. Cheap to clone.
@@ -278,6 +281,7 @@ impl Engine {
                 sync_gate: tokio::sync::Mutex::new(()),
                 reachability: Arc::default(),
                 token: Mutex::new(None),
+                transport: Mutex::new(None),
             }),
         })
     }
@@ -331,6 +335,21 @@ impl Engine {
     }
 
     /// The API client for the signed-in user.
+    /// The engine's shared [`Transport`], built on first use.
+    fn transport(&self) -> Result<Transport> {
+        let mut slot = self
+            .inner
+            .transport
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(transport) = &*slot {
+            return Ok(transport.clone());
+        }
+        let transport = Transport::new(self.inner.config.timeouts)?;
+        *slot = Some(transport.clone());
+        Ok(transport)
+    }
+
     pub(crate) fn api(&self) -> Result<Api> {
         let state = self.inner.store.read(sync_state::get)?;
         let profile = state.profile.ok_or(Error::NotSignedIn)?;
@@ -355,7 +374,7 @@ impl Engine {
             }
         };
         Ok(
-            Api::new(&profile.server_url, Some(token), self.inner.config.timeouts)?
+            Api::over(self.transport()?, &profile.server_url, Some(token))
                 .reporting_to(self.inner.reachability.clone()),
         )
     }
@@ -386,7 +405,7 @@ impl Engine {
                 )));
             }
         }
-        let api = Api::new(server_url, None, self.inner.config.timeouts)?;
+        let api = Api::over(self.transport()?, server_url, None);
         let resp = api
             .login(&LoginRequest {
                 tenant: tenant.to_owned(),
@@ -407,7 +426,7 @@ impl Engine {
         };
         if let Err(e) = saved {
             // Nowhere to keep it: do not leave a live token behind.
-            let fresh = Api::new(server_url, Some(resp.token), self.inner.config.timeouts)?;
+            let fresh = Api::over(self.transport()?, server_url, Some(resp.token));
             let _ = fresh.logout().await;
             return Err(e.into());
         }
