@@ -270,10 +270,13 @@ fn tree_pss(root: u32) -> u64 {
         .sum()
 }
 
+/// The store's file name in the app's data dir (src-tauri's `STORE_FILE`).
+pub const STORE_FILE: &str = "holdfast.sqlite3";
+
 /// A data dir holding a consistent copy of the store at `store`.
 pub fn copy_store(store: &Path, data_dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(data_dir)?;
-    let target = data_dir.join("holdfast.sqlite3");
+    let target = data_dir.join(STORE_FILE);
     let _ = std::fs::remove_file(&target);
     progress::step(format_args!(
         "item 9h: copying the desk's store for the desktop app"

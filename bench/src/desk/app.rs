@@ -81,6 +81,7 @@ async fn desktop_items(
         goal: Goal::new("≤ 1 s", ready <= Duration::from_secs(1)),
         ..Row::default()
     });
+    let desk_pss = m.desk_pss.get(m.desk_pss.len() / 2).copied().unwrap_or(0);
     // Above the bare webview: what the app itself costs.
     let above = |kib: u64| kib.saturating_sub(m.bare_pss);
     rows.push(Row {
@@ -104,14 +105,17 @@ async fn desktop_items(
         what: format!(
             "desktop app memory, idle and signed in on the desk's store, its list open on every \
              order (the window in view, the count of all; first screen after {}; {} above the \
-             baseline), vs the bare webview (9g's)",
+             baseline, median of {} launches, {}–{} across them), vs the bare webview (9g's)",
             ms(m.desk_ready),
-            mib(above(m.desk_pss))
+            mib(above(desk_pss)),
+            m.desk_pss.len(),
+            mib(above(m.desk_pss.first().copied().unwrap_or(0))),
+            mib(above(m.desk_pss.last().copied().unwrap_or(0))),
         ),
-        holdfast: mib(m.desk_pss),
+        holdfast: mib(desk_pss),
         baseline: mib(m.bare_pss),
-        ratio: Some(m.bare_pss as f64 / m.desk_pss.max(1) as f64),
-        goal: Goal::new("≤ 60 MiB above", above(m.desk_pss) <= 60 * 1024),
+        ratio: Some(m.bare_pss as f64 / desk_pss.max(1) as f64),
+        goal: Goal::new("≤ 60 MiB above", above(desk_pss) <= 60 * 1024),
         ..Row::default()
     });
     Ok(())
@@ -124,8 +128,10 @@ struct DesktopFigures {
     page_pss: u64,
     bare_pss: u64,
     idle_pss: u64,
+    /// Median of the launches on the desk's store.
     desk_ready: Duration,
-    desk_pss: u64,
+    /// Each of those launches' PSS, sorted.
+    desk_pss: Vec<u64>,
 }
 
 /// The launches themselves (blocking: processes, sleeps, /proc).
@@ -159,16 +165,33 @@ fn desktop_measure(app: &Path, dir: &Path, desk_dir: &Path) -> anyhow::Result<De
         let launch = desktop::Launch::start_bare(app, &display, &data)?;
         bare_pss.push(launch.settled_pss() as f64);
     }
-    progress::step(format_args!("item 9h: the desktop app on the desk's store"));
-    let desk = desktop::Launch::start(app, &display, desk_dir)?;
-    let desk_pss = desk.settled_pss();
+    // As many launches as the baseline's, each on its own copy of the
+    // signed-in store, so every launch starts from the same state (the first
+    // on a store would otherwise do the catching up the others skip): one
+    // launch's figure moves by a few MiB from the next one's on the same build.
+    let (mut desk_ready, mut desk_pss) = (Vec::new(), Vec::new());
+    for i in 0..desktop::LAUNCHES {
+        progress::step(format_args!(
+            "item 9h: the desktop app on the desk's store {}/{}",
+            i + 1,
+            desktop::LAUNCHES
+        ));
+        let data = dir.join(format!("desktop-desk-{i}"));
+        let _ = std::fs::remove_dir_all(&data);
+        desktop::copy_store(&desk_dir.join(desktop::STORE_FILE), &data)?;
+        std::fs::copy(desk_dir.join("token"), data.join("token"))?;
+        let desk = desktop::Launch::start(app, &display, &data)?;
+        desk_ready.push(desk.ready);
+        desk_pss.push(desk.settled_pss());
+    }
+    desk_pss.sort_unstable();
     Ok(DesktopFigures {
         page,
         ready,
         page_pss: median(page_pss) as u64,
         bare_pss: median(bare_pss) as u64,
         idle_pss: median(idle_pss) as u64,
-        desk_ready: desk.ready,
+        desk_ready: median_duration(&desk_ready),
         desk_pss,
     })
 }
