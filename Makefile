@@ -25,6 +25,11 @@ test: deps
 bench: deps
 	@QUICK=$(QUICK) scripts/bench.sh
 
+## The Rust tests while a transaction is always in flight (the feed's fence held back); all must pass.
+.PHONY: test-held-fence
+test-held-fence: deps
+	@scripts/held-fence.sh
+
 ## A long chaos run (docs/GUARANTEES.md): make chaos SEED=7 MINUTES=10 [DESKS=4 ORDERS=8 SEEDS=1]
 .PHONY: chaos chaos-broken
 chaos: deps
