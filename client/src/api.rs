@@ -203,8 +203,8 @@ impl std::fmt::Debug for Api {
 }
 
 impl Api {
-    /// A client with a transport of its own (see [`Transport`] for why an
-    /// engine shares one instead).
+    /// A client with HTTP clients of its own (an engine shares one set
+    /// among all the clients it makes: `Transport`).
     pub fn new(base: &str, token: Option<String>, t: Timeouts) -> Result<Api, ApiError> {
         Ok(Api::over(Transport::new(t)?, base, token))
     }
