@@ -19,6 +19,15 @@ use sqlx::PgPool;
 use support::*;
 use uuid::Uuid;
 
+/// What the desk's SKU search prices `sku` at for `customer`.
+fn customer_price(desk: &Engine, customer: Uuid, sku: Uuid) -> Option<i64> {
+    desk.skus_for("", 1000, Some(customer))
+        .expect("search")
+        .into_iter()
+        .find(|s| s.sku.id == sku)
+        .and_then(|s| s.customer_price)
+}
+
 fn price_of(view: &OrderView, line: Uuid) -> (i64, LinePrice) {
     let i = view
         .order
@@ -56,22 +65,15 @@ async fn a_pending_line_shows_the_expected_price_then_the_servers_and_a_differen
     // of a commit that just answered: the feed's fence waits for older
     // transactions).
     sync_until(&desk, |d| {
-        d.skus_for("", 1000, Some(customer))
-            .expect("search")
-            .into_iter()
-            .any(|s| s.sku.id == listed && s.customer_price == Some(list_price))
+        customer_price(d, customer, listed) == Some(list_price)
     })
     .await;
     // The search prices SKUs for the customer an order is being typed for.
-    let priced = |id| {
-        desk.skus_for("", 1000, Some(customer))
-            .expect("search")
-            .into_iter()
-            .find(|s| s.sku.id == id)
-            .and_then(|s| s.customer_price)
-    };
-    assert_eq!(priced(listed), Some(list_price));
-    assert_eq!(priced(unlisted), Some(unlisted_wholesale));
+    assert_eq!(customer_price(&desk, customer, listed), Some(list_price));
+    assert_eq!(
+        customer_price(&desk, customer, unlisted),
+        Some(unlisted_wholesale)
+    );
 
     // Pending: the desk's expectation, from the mirrored price list.
     let order = desk
@@ -136,10 +138,7 @@ async fn a_pending_line_shows_the_expected_price_then_the_servers_and_a_differen
     // The changed list reaches the desk by the pull (perhaps not the first:
     // the feed's fence waits for older transactions): a new line expects it.
     sync_until(&desk, |d| {
-        d.skus_for("", 1000, Some(customer))
-            .expect("search")
-            .into_iter()
-            .any(|s| s.sku.id == listed && s.customer_price == Some(new_price))
+        customer_price(d, customer, listed) == Some(new_price)
     })
     .await;
     let d = desk.add_line(order, listed, 1).expect("line");

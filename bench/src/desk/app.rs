@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use holdfast_client::{Engine, SyncConfig};
 
-use super::{median, median_duration, PASSWORD_USER};
+use super::{median, median_duration, range, PASSWORD_USER};
 use crate::items::Ctx;
 use crate::report::{ms, Goal, Row};
 use crate::{desktop, progress};
@@ -81,7 +81,6 @@ async fn desktop_items(
         goal: Goal::new("≤ 1 s", ready <= Duration::from_secs(1)),
         ..Row::default()
     });
-    let desk_pss = m.desk_pss.get(m.desk_pss.len() / 2).copied().unwrap_or(0);
     // Above the bare webview: what the app itself costs.
     let above = |kib: u64| kib.saturating_sub(m.bare_pss);
     rows.push(Row {
@@ -107,15 +106,15 @@ async fn desktop_items(
              order (the window in view, the count of all; first screen after {}; {} above the \
              baseline, median of {} launches, {}–{} across them), vs the bare webview (9g's)",
             ms(m.desk_ready),
-            mib(above(desk_pss)),
-            m.desk_pss.len(),
-            mib(above(m.desk_pss.first().copied().unwrap_or(0))),
-            mib(above(m.desk_pss.last().copied().unwrap_or(0))),
+            mib(above(m.desk_pss)),
+            desktop::LAUNCHES,
+            mib(above(m.desk_pss_range.0)),
+            mib(above(m.desk_pss_range.1)),
         ),
-        holdfast: mib(desk_pss),
+        holdfast: mib(m.desk_pss),
         baseline: mib(m.bare_pss),
-        ratio: Some(m.bare_pss as f64 / desk_pss.max(1) as f64),
-        goal: Goal::new("≤ 60 MiB above", above(desk_pss) <= 60 * 1024),
+        ratio: Some(m.bare_pss as f64 / m.desk_pss.max(1) as f64),
+        goal: Goal::new("≤ 60 MiB above", above(m.desk_pss) <= 60 * 1024),
         ..Row::default()
     });
     Ok(())
@@ -128,10 +127,20 @@ struct DesktopFigures {
     page_pss: u64,
     bare_pss: u64,
     idle_pss: u64,
-    /// Median of the launches on the desk's store.
+    /// Medians of the launches on the desk's store, and the range of their
+    /// PSS.
     desk_ready: Duration,
-    /// Each of those launches' PSS, sorted.
-    desk_pss: Vec<u64>,
+    desk_pss: u64,
+    desk_pss_range: (u64, u64),
+}
+
+/// An empty data dir for launch `i` of `LAUNCHES` (`what` names it on the
+/// progress log).
+fn launch_dir(dir: &Path, name: &str, what: &str, i: usize) -> PathBuf {
+    progress::step(format_args!("{what} {}/{}", i + 1, desktop::LAUNCHES));
+    let data = dir.join(format!("desktop-{name}-{i}"));
+    let _ = std::fs::remove_dir_all(&data);
+    data
 }
 
 /// The launches themselves (blocking: processes, sleeps, /proc).
@@ -140,13 +149,7 @@ fn desktop_measure(app: &Path, dir: &Path, desk_dir: &Path) -> anyhow::Result<De
     let (mut page, mut ready, mut page_pss, mut idle_pss) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..desktop::LAUNCHES {
-        progress::step(format_args!(
-            "item 9f: desktop cold start {}/{}",
-            i + 1,
-            desktop::LAUNCHES
-        ));
-        let data = dir.join(format!("desktop-empty-{i}"));
-        let _ = std::fs::remove_dir_all(&data);
+        let data = launch_dir(dir, "empty", "item 9f: desktop cold start", i);
         let launch = desktop::Launch::start(app, &display, &data)?;
         page.push(launch.page);
         ready.push(launch.ready);
@@ -155,13 +158,8 @@ fn desktop_measure(app: &Path, dir: &Path, desk_dir: &Path) -> anyhow::Result<De
     }
     let mut bare_pss = Vec::new();
     for i in 0..desktop::LAUNCHES {
-        progress::step(format_args!(
-            "items 9g/9h: the bare webview (the same build on an empty page) {}/{}",
-            i + 1,
-            desktop::LAUNCHES
-        ));
-        let data = dir.join(format!("desktop-bare-{i}"));
-        let _ = std::fs::remove_dir_all(&data);
+        let what = "items 9g/9h: the bare webview (the same build on an empty page)";
+        let data = launch_dir(dir, "bare", what, i);
         let launch = desktop::Launch::start_bare(app, &display, &data)?;
         bare_pss.push(launch.settled_pss() as f64);
     }
@@ -171,20 +169,22 @@ fn desktop_measure(app: &Path, dir: &Path, desk_dir: &Path) -> anyhow::Result<De
     // launch's figure moves by a few MiB from the next one's on the same build.
     let (mut desk_ready, mut desk_pss) = (Vec::new(), Vec::new());
     for i in 0..desktop::LAUNCHES {
-        progress::step(format_args!(
-            "item 9h: the desktop app on the desk's store {}/{}",
-            i + 1,
-            desktop::LAUNCHES
-        ));
-        let data = dir.join(format!("desktop-desk-{i}"));
-        let _ = std::fs::remove_dir_all(&data);
+        let data = launch_dir(
+            dir,
+            "desk",
+            "item 9h: the desktop app on the desk's store",
+            i,
+        );
         desktop::copy_store(&desk_dir.join(desktop::STORE_FILE), &data)?;
         std::fs::copy(desk_dir.join("token"), data.join("token"))?;
         let desk = desktop::Launch::start(app, &display, &data)?;
         desk_ready.push(desk.ready);
-        desk_pss.push(desk.settled_pss());
+        desk_pss.push(desk.settled_pss() as f64);
     }
-    desk_pss.sort_unstable();
+    let (lo, hi) = range(&desk_pss).unwrap_or_else(|| {
+        let only = median(desk_pss.clone());
+        (only, only)
+    });
     Ok(DesktopFigures {
         page,
         ready,
@@ -192,6 +192,7 @@ fn desktop_measure(app: &Path, dir: &Path, desk_dir: &Path) -> anyhow::Result<De
         bare_pss: median(bare_pss) as u64,
         idle_pss: median(idle_pss) as u64,
         desk_ready: median_duration(&desk_ready),
-        desk_pss,
+        desk_pss: median(desk_pss) as u64,
+        desk_pss_range: (lo as u64, hi as u64),
     })
 }
