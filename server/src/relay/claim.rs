@@ -10,21 +10,56 @@
 
 use chrono::{DateTime, Utc};
 use holdfast_protocol::event::pattern_matches;
+use std::collections::HashMap;
+
 use sqlx::PgPool;
 use uuid::Uuid;
 
 /// Events fanned out per statement.
 pub const FAN_OUT_BATCH: i64 = 500;
 
-/// Turns new outbox events into one delivery per subscribed partner. Paused
-/// or disabled partners get their deliveries too (held until re-enabled), so
-/// a partner back from a pause hears about everything it missed.
-/// Returns how many events it handled (call again while it returns any).
+/// Turns new outbox events into one delivery per subscribed partner, every
+/// one a pending row (nothing is handed to a relay in memory). Returns how
+/// many events it handled (call again while it returns any).
+pub async fn fan_out(db: &PgPool) -> Result<u64, sqlx::Error> {
+    Ok(fan_out_handing(db, FAN_OUT_BATCH, None).await?.events)
+}
+
+/// What a relay's fan-out may keep in memory as first attempts, instead of
+/// writing their pending rows (migration
+/// `20261212000100_relay_first_attempts_in_memory.sql`).
+#[derive(Debug, Clone, Copy)]
+pub struct Handout<'a> {
+    pub lease_id: Uuid,
+    pub lease: std::time::Duration,
+    /// At most this many in all…
+    pub total: usize,
+    /// …and no more of a partner than this leaves it.
+    pub room: Room<'a>,
+}
+
+/// What one fan-out did.
+#[derive(Debug, Default)]
+pub struct FannedOut {
+    /// Events marked fanned out.
+    pub events: u64,
+    /// First attempts handed to the caller under the handout's lease
+    /// (`Claimed::id` is `None`: no row yet), oldest first.
+    pub first: Vec<Claimed>,
+}
+
+/// Turns up to `limit` new outbox events into deliveries, one per event and
+/// subscribed partner. With a `handout`, the first attempts of enabled
+/// partners within its room are returned to the caller and recorded in
+/// `relay_sending` under its lease, and their delivery rows are written
+/// when their outcome is known ([`record_first`]). Everything else (paused
+/// or disabled partners, whose deliveries are held until re-enabled so they
+/// miss nothing, and partners past their room) becomes a pending row.
 ///
 /// One transaction: lock a batch of events (`skip locked`, so relays share
 /// the work) and mark them done in the same statement, read their tenants'
 /// partners, decide who gets what with protocol's pattern rule, and write
-/// the deliveries.
+/// the pending rows and the handout's `relay_sending` rows.
 ///
 /// The mark goes through the locked rows' `ctid`s (a TID scan, as in
 /// [`claim`]): joined back by key, the planner saw the batch's 500 ids and
@@ -33,13 +68,17 @@ pub const FAN_OUT_BATCH: i64 = 500;
 ///
 /// The partners are read `for key share`: a partner being deleted
 /// (`db::partners::delete_in_tx` locks it `for update`, then refuses while
-/// deliveries wait) either finishes first, and then gets none, or waits for
-/// this transaction and then sees its deliveries. That is the guard the
-/// deliveries' foreign key to partners gave with a check per row (migration
-/// `relay_fewer_writes_per_delivery`).
-pub async fn fan_out(db: &PgPool) -> Result<u64, sqlx::Error> {
+/// deliveries wait or are being sent) either finishes first, and then gets
+/// none, or waits for this transaction and then sees its deliveries. That
+/// is the guard the deliveries' foreign key to partners gave with a check
+/// per row (migration `relay_fewer_writes_per_delivery`).
+pub async fn fan_out_handing(
+    db: &PgPool,
+    limit: i64,
+    handout: Option<Handout<'_>>,
+) -> Result<FannedOut, sqlx::Error> {
     let mut tx = db.begin().await?;
-    let mut events: Vec<(Uuid, i64, String)> = sqlx::query_as(
+    let mut events: Vec<(Uuid, i64, String, String, DateTime<Utc>)> = sqlx::query_as(
         "update outbox set fanned_out_at = now()
           where ctid = any(array(
                 select ctid from outbox
@@ -47,57 +86,314 @@ pub async fn fan_out(db: &PgPool) -> Result<u64, sqlx::Error> {
                  order by id
                  limit $1
                  for update skip locked))
-          returning tenant_id, id, event_type",
+          returning tenant_id, id, event_type, payload::text, created_at",
     )
-    .bind(FAN_OUT_BATCH)
+    .bind(limit)
     .fetch_all(&mut *tx)
     .await?;
     if events.is_empty() {
         tx.commit().await?;
-        return Ok(0);
+        return Ok(FannedOut::default());
     }
-    events.sort_unstable_by_key(|(_, id, _)| *id);
-    let mut tenants: Vec<Uuid> = events.iter().map(|(tenant, _, _)| *tenant).collect();
+    events.sort_unstable_by_key(|e| e.1);
+    let mut tenants: Vec<Uuid> = events.iter().map(|e| e.0).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    let partners: Vec<(Uuid, Uuid, Vec<String>)> = sqlx::query_as(
-        "select tenant_id, id, event_types from partners where tenant_id = any($1) for key share",
+    let partners: Vec<FanOutPartner> = sqlx::query_as(
+        "select tenant_id, id, event_types, enabled, url, secret,
+                previous_secret, previous_secret_expires_at
+           from partners where tenant_id = any($1) for key share",
     )
     .bind(&tenants)
     .fetch_all(&mut *tx)
     .await?;
-    let (mut tenant_ids, mut outbox_ids, mut partner_ids) = (Vec::new(), Vec::new(), Vec::new());
-    for (tenant, outbox_id, event_type) in &events {
-        let subscribed = partners.iter().filter(|(t, _, patterns)| {
-            t == tenant && patterns.iter().any(|p| pattern_matches(p, event_type))
+    let mut total = handout.map_or(0, |h| h.total);
+    let mut rooms: HashMap<Uuid, i64> = HashMap::new();
+    let mut first = Vec::new();
+    let mut pending = Pairs::default();
+    let mut sending = Pairs::default();
+    for (tenant, outbox_id, event_type, payload, created_at) in events.iter() {
+        let subscribed = partners.iter().filter(|p| {
+            p.tenant_id == *tenant && p.event_types.iter().any(|t| pattern_matches(t, event_type))
         });
-        for (_, partner, _) in subscribed {
-            tenant_ids.push(*tenant);
-            outbox_ids.push(*outbox_id);
-            partner_ids.push(*partner);
+        for p in subscribed {
+            let room = rooms.entry(p.id).or_insert_with(|| {
+                handout.map_or(0, |h| {
+                    h.room
+                        .partners
+                        .iter()
+                        .find(|(id, _)| *id == p.id)
+                        .map_or(h.room.per_partner, |(_, r)| *r)
+                })
+            });
+            if !(p.enabled && total > 0 && *room > 0) {
+                pending.push(*tenant, *outbox_id, p.id);
+                continue;
+            }
+            total -= 1;
+            *room -= 1;
+            sending.push(*tenant, *outbox_id, p.id);
+            first.push(Claimed {
+                tenant_id: *tenant,
+                id: None,
+                outbox_id: *outbox_id,
+                partner_id: p.id,
+                attempts: 0,
+                first_attempt: true,
+                url: p.url.clone(),
+                secret: p.secret.clone(),
+                previous_secret: p.previous_secret.clone(),
+                previous_secret_expires_at: p.previous_secret_expires_at,
+                payload: payload.clone(),
+                event_created_at: *created_at,
+            });
         }
     }
-    if !outbox_ids.is_empty() {
+    if !pending.is_empty() {
         sqlx::query(
             "insert into deliveries (tenant_id, outbox_id, partner_id)
              select * from unnest($1::uuid[], $2::int8[], $3::uuid[])
              on conflict do nothing",
         )
-        .bind(&tenant_ids)
-        .bind(&outbox_ids)
-        .bind(&partner_ids)
+        .bind(&pending.tenants)
+        .bind(&pending.outbox_ids)
+        .bind(&pending.partners)
+        .execute(&mut *tx)
+        .await?;
+    }
+    if let (Some(h), false) = (handout, sending.is_empty()) {
+        sqlx::query(
+            "insert into relay_sending (tenant_id, partner_id, lease_id, outbox_ids, lease_expires_at)
+             select t, p, $4, array_agg(o order by o), now() + make_interval(secs => $5)
+               from unnest($1::uuid[], $2::int8[], $3::uuid[]) as s(t, o, p)
+              group by t, p",
+        )
+        .bind(&sending.tenants)
+        .bind(&sending.outbox_ids)
+        .bind(&sending.partners)
+        .bind(h.lease_id)
+        .bind(h.lease.as_secs_f64())
         .execute(&mut *tx)
         .await?;
     }
     tx.commit().await?;
-    Ok(events.len() as u64)
+    Ok(FannedOut {
+        events: events.len() as u64,
+        first,
+    })
+}
+
+/// A partner as the fan-out needs it: who it wants, and how to send to it.
+#[derive(sqlx::FromRow)]
+struct FanOutPartner {
+    tenant_id: Uuid,
+    id: Uuid,
+    event_types: Vec<String>,
+    enabled: bool,
+    url: String,
+    secret: String,
+    previous_secret: Option<String>,
+    previous_secret_expires_at: Option<DateTime<Utc>>,
+}
+
+/// (tenant, event, partner) triples as three arrays, for `unnest`.
+#[derive(Default)]
+struct Pairs {
+    tenants: Vec<Uuid>,
+    outbox_ids: Vec<i64>,
+    partners: Vec<Uuid>,
+}
+
+impl Pairs {
+    fn push(&mut self, tenant: Uuid, outbox_id: i64, partner: Uuid) {
+        self.tenants.push(tenant);
+        self.outbox_ids.push(outbox_id);
+        self.partners.push(partner);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.outbox_ids.is_empty()
+    }
+}
+
+/// The events a relay was handed for one partner by one fan-out: the key
+/// of its `relay_sending` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sending {
+    pub tenant_id: Uuid,
+    pub partner_id: Uuid,
+    pub lease_id: Uuid,
+}
+
+/// How a first attempt handed out by a fan-out ended, to be written as its
+/// delivery row.
+#[derive(Debug, Clone)]
+pub struct FirstOutcome {
+    pub sending: Sending,
+    pub outbox_id: i64,
+    /// `delivered`, `pending` (due again after `delay`) or `dead`.
+    pub state: &'static str,
+    /// 1 once attempted; 0 for one given back unattempted.
+    pub attempts: i32,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub delay: std::time::Duration,
+}
+
+/// Writes first attempts' delivery rows in one statement, each only while
+/// its `relay_sending` row still exists (the lease is this relay's), and
+/// deletes the `finished` rows, whose every event now has its delivery row,
+/// in the same statement. Returns the outcomes not written: their lease had
+/// expired and another relay made them pending rows, which stand (the
+/// event is sent again; partners dedupe on webhook-id).
+pub async fn record_first(
+    db: &PgPool,
+    outcomes: &[FirstOutcome],
+    finished: &[Sending],
+) -> Result<Vec<i64>, sqlx::Error> {
+    let col = |f: fn(&FirstOutcome) -> Uuid| outcomes.iter().map(f).collect::<Vec<_>>();
+    let tenants = col(|o| o.sending.tenant_id);
+    let partners = col(|o| o.sending.partner_id);
+    let leases = col(|o| o.sending.lease_id);
+    let outbox_ids: Vec<i64> = outcomes.iter().map(|o| o.outbox_id).collect();
+    let states: Vec<&str> = outcomes.iter().map(|o| o.state).collect();
+    let attempts: Vec<i32> = outcomes.iter().map(|o| o.attempts).collect();
+    let statuses: Vec<Option<i32>> = outcomes.iter().map(|o| o.status.map(i32::from)).collect();
+    let errors: Vec<Option<&str>> = outcomes
+        .iter()
+        .map(|o| o.error.as_deref().map(|e| truncate(e, 500)))
+        .collect();
+    let delays: Vec<f64> = outcomes.iter().map(|o| o.delay.as_secs_f64()).collect();
+    let written: Vec<i64> = sqlx::query_scalar(
+        "with o as (
+            select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::int8[], $5::text[],
+                                 $6::int4[], $7::int4[], $8::text[], $9::float8[])
+                       as o(tenant_id, partner_id, lease_id, outbox_id, state,
+                            attempts, status, error, delay)
+         ), done as (
+            delete from relay_sending s
+             using unnest($10::uuid[], $11::uuid[], $12::uuid[]) as f(tenant_id, partner_id, lease_id)
+             where s.tenant_id = f.tenant_id and s.partner_id = f.partner_id and s.lease_id = f.lease_id
+         )
+         insert into deliveries (tenant_id, outbox_id, partner_id, state, attempts, next_attempt_at,
+                                 last_status, last_error, delivered_at, dead_lettered_at)
+         select o.tenant_id, o.outbox_id, o.partner_id, o.state, o.attempts,
+                now() + make_interval(secs => o.delay), o.status, o.error,
+                case when o.state = 'delivered' then now() end,
+                case when o.state = 'dead' then now() end
+           from o
+          where exists (select 1 from relay_sending s
+                         where s.tenant_id = o.tenant_id and s.partner_id = o.partner_id
+                           and s.lease_id = o.lease_id)
+         on conflict do nothing
+         returning outbox_id",
+    )
+    .bind(&tenants)
+    .bind(&partners)
+    .bind(&leases)
+    .bind(&outbox_ids)
+    .bind(&states)
+    .bind(&attempts)
+    .bind(&statuses)
+    .bind(&errors)
+    .bind(&delays)
+    .bind(finished.iter().map(|s| s.tenant_id).collect::<Vec<_>>())
+    .bind(finished.iter().map(|s| s.partner_id).collect::<Vec<_>>())
+    .bind(finished.iter().map(|s| s.lease_id).collect::<Vec<_>>())
+    .fetch_all(db)
+    .await?;
+    let written: std::collections::HashSet<i64> = written.into_iter().collect();
+    Ok(outbox_ids
+        .into_iter()
+        .filter(|id| !written.contains(id))
+        .collect())
+}
+
+/// Keeps this relay's `relay_sending` rows alive: their leases run `lease`
+/// from now.
+pub async fn renew(
+    db: &PgPool,
+    leases: &[Uuid],
+    lease: std::time::Duration,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update relay_sending set lease_expires_at = now() + make_interval(secs => $2)
+          where lease_id = any($1)",
+    )
+    .bind(leases)
+    .bind(lease.as_secs_f64())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Takes over what relays that died (or stalled past their lease) were
+/// sending: each expired `relay_sending` row is deleted, and every event of
+/// it without a delivery row gets a pending one, due now, in the same
+/// statement, for the ordinary claims to send. Returns how many it made.
+pub async fn take_over_expired(db: &PgPool) -> Result<u64, sqlx::Error> {
+    let made = sqlx::query(
+        "with expired as (
+            delete from relay_sending where lease_expires_at < now()
+            returning tenant_id, partner_id, outbox_ids
+         )
+         insert into deliveries (tenant_id, outbox_id, partner_id)
+         select e.tenant_id, o.id, e.partner_id
+           from expired e cross join lateral unnest(e.outbox_ids) as o(id)
+         on conflict do nothing",
+    )
+    .execute(db)
+    .await?
+    .rows_affected();
+    if made > 0 {
+        tracing::warn!(
+            deliveries = made,
+            "took over events an earlier relay was sending when its lease ran out; they will be sent again"
+        );
+    }
+    Ok(made)
+}
+
+/// A 410 Gone to a first attempt: its delivery row is written due again at
+/// once (held until an operator re-enables the partner), and the partner is
+/// paused, as [`mark_gone`] does for a claimed row. Returns whether the
+/// row was written (false: the lease had passed to another relay).
+pub async fn first_gone(
+    db: &PgPool,
+    d: &Claimed,
+    sending: Sending,
+    sent_at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let written = sqlx::query(
+        "insert into deliveries (tenant_id, outbox_id, partner_id, attempts, last_status, last_error)
+         select $1, $4, $2, 1, 410, 'partner answered 410 Gone; partner paused'
+          where exists (select 1 from relay_sending
+                         where tenant_id = $1 and partner_id = $2 and lease_id = $3)
+         on conflict do nothing",
+    )
+    .bind(sending.tenant_id)
+    .bind(sending.partner_id)
+    .bind(sending.lease_id)
+    .bind(d.outbox_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if written {
+        pause_after(&mut tx, d, sent_at).await?;
+    }
+    tx.commit().await?;
+    Ok(written)
 }
 
 /// One claimed delivery, with everything needed to send it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Claimed {
     pub tenant_id: Uuid,
-    pub id: i64,
+    /// The delivery row; `None` for a first attempt a fan-out handed out,
+    /// whose row is written with its outcome.
+    pub id: Option<i64>,
     pub outbox_id: i64,
     pub partner_id: Uuid,
     pub attempts: i32,
@@ -309,17 +605,28 @@ pub async fn mark_gone(
     .execute(&mut *tx)
     .await?;
     if updated.rows_affected() == 1 {
-        sqlx::query(
-            "update partners set enabled = false, paused_reason = 'endpoint answered 410 Gone', updated_at = now()
-              where tenant_id = $1 and id = $2 and updated_at <= $3",
-        )
-        .bind(d.tenant_id)
-        .bind(d.partner_id)
-        .bind(sent_at)
-        .execute(&mut *tx)
-        .await?;
+        pause_after(&mut tx, d, sent_at).await?;
     }
     tx.commit().await
+}
+
+/// Pauses the partner of a 410, unless it changed since the request was
+/// sent (an operator re-enabling it makes that 410 stale).
+async fn pause_after(
+    tx: &mut sqlx::PgConnection,
+    d: &Claimed,
+    sent_at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "update partners set enabled = false, paused_reason = 'endpoint answered 410 Gone', updated_at = now()
+          where tenant_id = $1 and id = $2 and updated_at <= $3",
+    )
+    .bind(d.tenant_id)
+    .bind(d.partner_id)
+    .bind(sent_at)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 fn truncate(s: &str, max: usize) -> &str {

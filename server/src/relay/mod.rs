@@ -8,10 +8,16 @@
 //! connection and retries coming due.
 //!
 //! Throughput comes from doing the database work in bulk, never per
-//! delivery: a claim takes up to twice a partner's sending slots (the spare
-//! half waits here, under the same lease, for a slot), the next claim comes
-//! when a partner is down to half of that, and 2xx outcomes are recorded by
-//! one task, as many per UPDATE as have finished meanwhile. Every relay write
+//! delivery. A fan-out hands the first attempts of its events straight to
+//! the relay that ran it (`claim::fan_out_handing`, under one lease per
+//! partner and batch in `relay_sending`), so an event that is delivered at
+//! the first try costs one write after the call, its delivery row, instead
+//! of a pending row, a lease and a mark. Retries, held deliveries and
+//! whatever a relay had no room for are rows, claimed in batches: a claim
+//! takes up to several times a partner's sending slots (the spare ones wait
+//! here, under the same lease, for a slot). The next pass comes when a
+//! partner is down to half of what it may hold. Outcomes are recorded by
+//! one task, as many per statement as have finished meanwhile. Every relay write
 //! commits with `synchronous_commit = off`: each is bookkeeping a crash may
 //! lose safely (a lost fan-out is redone, a lost lease or mark means a
 //! redelivery, which at-least-once delivery already allows), so none waits
@@ -33,7 +39,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use uuid::Uuid;
 
 use crate::config::RelayConfig;
-use claim::{AfterFailure, Claimed};
+use claim::{AfterFailure, Claimed, FirstOutcome, Sending};
 use deliver::Attempt;
 
 /// The relay's knobs, from `RelayConfig` (API.md's flags) plus internal caps.
@@ -83,11 +89,34 @@ impl Settings {
     fn lease(&self) -> Duration {
         self.timeout * (CLAIM_AHEAD as u32 + 1) + Duration::from_secs(1)
     }
+
+    /// First attempts a relay may hold of one partner: many more than
+    /// claimed rows, since their lease is renewed while the relay lives
+    /// (`record`), so no formula of waiting time bounds it; enough that a
+    /// healthy partner's slots never empty while the next fan-out runs.
+    fn per_partner_first(&self) -> usize {
+        self.per_partner_in_flight * FIRST_AHEAD
+    }
+
+    /// …and in all.
+    fn total_first(&self) -> usize {
+        self.per_partner_first()
+            .max(self.max_in_flight * FIRST_AHEAD / 4)
+    }
 }
 
 /// How many sending slots' worth of a partner's deliveries a relay claims
 /// ahead (see `Settings::per_partner_held`).
 const CLAIM_AHEAD: usize = 8;
+
+/// How many sending slots' worth of a partner's first attempts a relay
+/// holds (see `Settings::per_partner_first`).
+const FIRST_AHEAD: usize = 128;
+
+/// A fan-out takes at least this many events when it has any room, so a
+/// partner whose share is full (its overflow becomes rows) slows, but never
+/// stops, the fan-out for the others.
+const MIN_FAN_OUT: usize = 32;
 
 /// A running relay.
 pub struct RelayHandle {
@@ -161,6 +190,27 @@ impl Holdings {
             .collect()
     }
 
+    /// How many events the next fan-out should take: no more than the relay
+    /// still holds room for, nor than the roomiest partner it holds can
+    /// take (a partner it holds nothing of can take a whole share).
+    fn fan_out_limit(&self, settings: &Settings) -> usize {
+        let total = settings.total_first().saturating_sub(self.total());
+        if total == 0 {
+            return 0;
+        }
+        let share = settings.per_partner_first();
+        let roomiest = self
+            .room(share)
+            .iter()
+            .map(|(_, room)| *room as usize)
+            .max()
+            .unwrap_or(share);
+        roomiest
+            .max(MIN_FAN_OUT)
+            .min(total)
+            .min(claim::FAN_OUT_BATCH as usize)
+    }
+
     fn finished(&mut self, partner: Uuid) {
         if let Some(n) = self.sending.get_mut(&partner) {
             *n -= 1;
@@ -192,6 +242,16 @@ impl Holdings {
     /// Queues what a claim took. Returns whether more may be due than it
     /// could take: it got all it asked, or all a partner had room for.
     fn take(&mut self, claim: Claim, per_partner: usize) -> bool {
+        let handed_out = claim.fan_out_full;
+        for d in claim.first {
+            self.waiting
+                .entry(d.partner_id)
+                .or_default()
+                .push_back(Held {
+                    delivery: d,
+                    lease_id: claim.lease_id,
+                });
+        }
         let mut got: HashMap<Uuid, usize> = HashMap::new();
         for d in &claim.claimed {
             *got.entry(d.partner_id).or_default() += 1;
@@ -203,7 +263,8 @@ impl Holdings {
                 .find(|(p, _)| p == partner)
                 .map_or(per_partner, |(_, r)| (*r).max(0) as usize)
         };
-        let more_due = claim.claimed.len() == claim.asked
+        let more_due = handed_out
+            || (claim.asked > 0 && claim.claimed.len() == claim.asked)
             || got.iter().any(|(partner, n)| *n >= room(partner));
         for d in claim.claimed {
             self.waiting
@@ -230,7 +291,7 @@ async fn run(
 ) {
     let mut listener = listen(&db).await;
     let (outcomes, recorded) = mpsc::unbounded_channel();
-    let recorder = tokio::spawn(record_delivered(db.clone(), recorded));
+    let recorder = tokio::spawn(record(db.clone(), recorded, settings.lease()));
     let settings = Arc::new(settings);
     let mut holdings = Holdings::default();
     let mut tasks: JoinSet<Uuid> = JoinSet::new();
@@ -238,9 +299,9 @@ async fn run(
     // finishing every few ms) still polls, so without a listener new events
     // are still fanned out and retries still come due.
     let mut next_poll = tokio::time::Instant::now() + settings.poll;
-    // Whether to claim on this turn: after a wake-up (a notification or the
-    // poll), or when a partner is down to half its share and the last claim
-    // was cut short by the caps (more was due than it could take). The claim
+    // Whether to pass on this turn: after a wake-up (a notification or the
+    // poll), or when a partner is down to half its share and the last pass
+    // was cut short by the caps (more was due than it could take). The pass
     // runs beside the deliveries, never holding them up.
     let mut may_claim = true;
     let mut woken = true;
@@ -253,17 +314,22 @@ async fn run(
         if may_claim && claiming.is_none() {
             may_claim = false;
             let room = (settings.max_in_flight * 2).saturating_sub(holdings.total());
-            if room == 0 {
+            let fan_out = if woken {
+                holdings.fan_out_limit(&settings)
+            } else {
+                0
+            };
+            if room == 0 && fan_out == 0 {
                 cut_short = true;
             } else {
-                let partners = holdings.room(settings.per_partner_held());
-                claiming = Some(tokio::spawn(pump(
-                    db.clone(),
-                    settings.clone(),
+                let pass = Pass {
                     room,
-                    partners,
-                    std::mem::take(&mut woken),
-                )));
+                    partners: holdings.room(settings.per_partner_held()),
+                    fan_out,
+                    first_room: holdings.room(settings.per_partner_first()),
+                    woken: std::mem::take(&mut woken),
+                };
+                claiming = Some(tokio::spawn(pump(db.clone(), settings.clone(), pass)));
             }
         }
         for held in holdings.next_to_send(&settings) {
@@ -290,10 +356,11 @@ async fn run(
                 claiming = None;
                 cut_short = match claimed {
                     Ok(Ok(claim)) => {
-                        if claim.more_to_fan_out {
+                        if claim.fan_out_full {
                             may_claim = true;
                             woken = true;
                         }
+                        started(&outcomes, &claim);
                         holdings.take(claim, settings.per_partner_held())
                     }
                     Ok(Err(e)) => {
@@ -310,8 +377,8 @@ async fn run(
                 Ok(partner) => {
                     holdings.finished(partner);
                     // Half of a partner's share left: top it up, if the last
-                    // claim suggested more is due (a wake-up says so anyway).
-                    may_claim |= cut_short && holdings.held(&partner) * 2 <= settings.per_partner_held();
+                    // pass suggested more is due (a wake-up says so anyway).
+                    may_claim |= cut_short && holdings.held(&partner) * 2 <= settings.per_partner_first();
                 }
                 Err(e) => tracing::error!(error = %e, "a delivery task failed; its lease will expire"),
             },
@@ -330,17 +397,34 @@ async fn run(
     }
     if let Some(pending) = claiming {
         if let Ok(Ok(claim)) = pending.await {
+            started(&outcomes, &claim);
             holdings.take(claim, settings.per_partner_held());
         }
     }
-    let unsent: Vec<(Uuid, i64, Uuid)> = holdings
-        .drain_waiting()
-        .into_iter()
-        .map(|h| (h.delivery.tenant_id, h.delivery.id, h.lease_id))
-        .collect();
+    let mut unsent: Vec<(Uuid, i64, Uuid)> = Vec::new();
+    let mut first_unsent = 0;
+    for held in holdings.drain_waiting() {
+        let d = held.delivery;
+        match d.id {
+            Some(id) => unsent.push((d.tenant_id, id, held.lease_id)),
+            None => {
+                // Given back as a pending row, unattempted.
+                first_unsent += 1;
+                let _ = outcomes.send(Record::First(FirstOutcome {
+                    sending: sending_of(&d, held.lease_id),
+                    outbox_id: d.outbox_id,
+                    state: "pending",
+                    attempts: 0,
+                    status: None,
+                    error: None,
+                    delay: Duration::ZERO,
+                }));
+            }
+        }
+    }
     tracing::info!(
         in_flight = tasks.len(),
-        released = unsent.len(),
+        released = unsent.len() + first_unsent,
         "relay stopping; finishing deliveries in flight, giving back the rest"
     );
     if !unsent.is_empty() {
@@ -357,27 +441,124 @@ async fn run(
     db.close().await;
 }
 
-/// Records 2xx outcomes: whatever finished while the previous UPDATE ran
+fn sending_of(d: &Claimed, lease_id: Uuid) -> Sending {
+    Sending {
+        tenant_id: d.tenant_id,
+        partner_id: d.partner_id,
+        lease_id,
+    }
+}
+
+/// Tells the recorder how many first attempts each `relay_sending` row of a
+/// pass holds, before any of their outcomes can reach it.
+fn started(outcomes: &mpsc::UnboundedSender<Record>, claim: &Claim) {
+    let mut counts: HashMap<Sending, usize> = HashMap::new();
+    for d in &claim.first {
+        *counts.entry(sending_of(d, claim.lease_id)).or_default() += 1;
+    }
+    for (sending, n) in counts {
+        let _ = outcomes.send(Record::Started(sending, n));
+    }
+}
+
+/// What the recorder is told.
+enum Record {
+    /// A fan-out handed this relay `n` first attempts under one row.
+    Started(Sending, usize),
+    /// A claimed row's 2xx.
+    Delivered(claim::Delivered),
+    /// A first attempt's outcome, for its delivery row.
+    First(FirstOutcome),
+    /// A first attempt whose row was written already (a 410's).
+    Written(Sending),
+}
+
+/// Records outcomes: whatever finished while the previous statement ran
 /// goes in the next one, so a busy relay writes in batches and an idle one
-/// at once. Returns when every sender is gone and the queue is drained.
-async fn record_delivered(db: PgPool, mut outcomes: mpsc::UnboundedReceiver<claim::Delivered>) {
+/// at once. It also keeps this relay's `relay_sending` rows: it counts each
+/// row's first attempts down, deletes the row with its last delivery row,
+/// and renews the leases of the live ones every quarter lease. Returns when
+/// every sender is gone and the queue is drained; a row it could not write
+/// for is left to expire (another relay then sends its events again).
+async fn record(db: PgPool, mut outcomes: mpsc::UnboundedReceiver<Record>, lease: Duration) {
     const MAX_BATCH: usize = 1000;
+    let mut live: HashMap<Sending, usize> = HashMap::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while outcomes.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match claim::mark_delivered(&db, &batch).await {
+    let mut renewal = tokio::time::interval(lease / 4);
+    renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            n = outcomes.recv_many(&mut batch, MAX_BATCH) => if n == 0 { break },
+            _ = renewal.tick() => {
+                let leases: Vec<Uuid> = live.keys().map(|s| s.lease_id).collect();
+                if !leases.is_empty() {
+                    if let Err(e) = claim::renew(&db, &leases, lease).await {
+                        tracing::warn!(error = %e, "could not renew the leases of first attempts being sent; if they expire, another relay sends them again");
+                    }
+                }
+                continue;
+            }
+        }
+        let mut delivered = Vec::new();
+        let mut first = Vec::new();
+        let mut finished = Vec::new();
+        let mut count_down = |sending: Sending, live: &mut HashMap<Sending, usize>| {
+            if let Some(n) = live.get_mut(&sending) {
+                *n -= 1;
+                if *n == 0 {
+                    live.remove(&sending);
+                    finished.push(sending);
+                }
+            }
+        };
+        for record in batch.drain(..) {
+            match record {
+                Record::Started(sending, n) => *live.entry(sending).or_default() += n,
+                Record::Delivered(d) => delivered.push(d),
+                Record::First(o) => {
+                    count_down(o.sending, &mut live);
+                    first.push(o);
+                }
+                Record::Written(sending) => count_down(sending, &mut live),
+            }
+        }
+        if !delivered.is_empty() {
+            match claim::mark_delivered(&db, &delivered).await {
+                Ok(lost) => {
+                    for id in lost {
+                        tracing::warn!(
+                            delivery = id,
+                            "delivered, but the lease had passed to another relay"
+                        );
+                    }
+                }
+                // The leases will expire and the deliveries be sent again.
+                Err(e) => tracing::error!(error = %e, deliveries = delivered.len(),
+                    "could not record delivered attempts; they will be redelivered"),
+            }
+        }
+        if first.is_empty() && finished.is_empty() {
+            continue;
+        }
+        match claim::record_first(&db, &first, &finished).await {
             Ok(lost) => {
-                for id in lost {
+                for event in lost {
                     tracing::warn!(
-                        delivery = id,
-                        "delivered, but the lease had passed to another relay"
+                        event,
+                        "attempted, but the lease had passed to another relay; it will be sent again"
                     );
                 }
             }
-            // The leases will expire and the deliveries be sent again.
-            Err(e) => tracing::error!(error = %e, deliveries = batch.len(),
-                "could not record delivered attempts; they will be redelivered"),
+            Err(e) => {
+                // Stop renewing what this statement was for: the rows
+                // expire and another pass makes their events pending again.
+                for o in &first {
+                    live.remove(&o.sending);
+                }
+                tracing::error!(error = %e, attempts = first.len(),
+                    "could not record first attempts; their events will be sent again");
+            }
         }
-        batch.clear();
     }
 }
 
@@ -405,52 +586,88 @@ async fn wait_notification(listener: &mut Option<PgListener>) -> bool {
     }
 }
 
-/// What one claim took, and what it asked for.
+/// What one pass took, and what it asked for.
 struct Claim {
     lease_id: Uuid,
     asked: usize,
     /// The room each partner had (absent: a whole share).
     partners: Vec<(Uuid, i64)>,
     claimed: Vec<Claimed>,
-    /// The pass fanned out a full batch: more new events may be waiting.
-    more_to_fan_out: bool,
+    /// First attempts the fan-out handed over, under `lease_id`.
+    first: Vec<Claimed>,
+    /// The pass fanned out all it asked for: more new events may be waiting.
+    fan_out_full: bool,
 }
 
-/// One pass: fan out a batch of new events (when `woken`: a notification,
-/// the poll, or the last pass's full batch, the only times there can be
-/// anything new), then claim up to
-/// `room` deliveries, no more of a partner than `partners` (or the
-/// per-partner share) allows.
-async fn pump(
-    db: PgPool,
-    settings: Arc<Settings>,
+/// What a pass may take.
+struct Pass {
+    /// Claimed rows in all…
     room: usize,
+    /// …and per partner (absent: a whole share).
     partners: Vec<(Uuid, i64)>,
+    /// Events to fan out (0: none).
+    fan_out: usize,
+    /// First attempts per partner (absent: a whole share).
+    first_room: Vec<(Uuid, i64)>,
+    /// After a notification, the poll, or the last pass's full fan-out: the
+    /// only times there can be anything new, or a lease expired.
     woken: bool,
-) -> Result<Claim, sqlx::Error> {
+}
+
+/// One pass: when woken, take over what dead relays were sending; fan out
+/// a batch of new events, keeping the first attempts it may hold; then
+/// claim up to `room` due rows, no more of a partner than its share allows.
+async fn pump(db: PgPool, settings: Arc<Settings>, pass: Pass) -> Result<Claim, sqlx::Error> {
+    if pass.woken {
+        claim::take_over_expired(&db).await?;
+    }
+    let lease_id = Uuid::new_v4();
     // One batch per pass, then claim: a backlog of new events starts going
     // out after its first batch is fanned out, not after all of it (20,000
     // events took 1.5 s to fan out before the first delivery). A full batch
-    // means more may be waiting: the caller passes again at once.
-    let more_to_fan_out = woken && claim::fan_out(&db).await? >= claim::FAN_OUT_BATCH as u64;
-    let lease_id = Uuid::new_v4();
-    let claimed = claim::claim(
-        &db,
-        lease_id,
-        settings.lease(),
-        room as i64,
-        claim::Room {
-            per_partner: settings.per_partner_held() as i64,
-            partners: &partners,
-        },
-    )
-    .await?;
+    // means more may be waiting: the caller passes again.
+    let fanned = if pass.fan_out > 0 {
+        claim::fan_out_handing(
+            &db,
+            pass.fan_out as i64,
+            Some(claim::Handout {
+                lease_id,
+                lease: settings.lease(),
+                total: pass.fan_out,
+                room: claim::Room {
+                    per_partner: settings.per_partner_first() as i64,
+                    partners: &pass.first_room,
+                },
+            }),
+        )
+        .await?
+    } else {
+        claim::FannedOut::default()
+    };
+    let fan_out_full = pass.fan_out > 0 && fanned.events >= pass.fan_out as u64;
+    let room = pass.room.saturating_sub(fanned.first.len());
+    let claimed = if room > 0 {
+        claim::claim(
+            &db,
+            lease_id,
+            settings.lease(),
+            room as i64,
+            claim::Room {
+                per_partner: settings.per_partner_held() as i64,
+                partners: &pass.partners,
+            },
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
     Ok(Claim {
         lease_id,
         asked: room,
-        partners,
+        partners: pass.partners,
         claimed,
-        more_to_fan_out,
+        first: fanned.first,
+        fan_out_full,
     })
 }
 
@@ -459,7 +676,7 @@ async fn deliver_one(
     settings: &Settings,
     client: &reqwest::Client,
     held: Held,
-    outcomes: &mpsc::UnboundedSender<claim::Delivered>,
+    outcomes: &mpsc::UnboundedSender<Record>,
 ) {
     let Held {
         delivery: d,
@@ -471,6 +688,21 @@ async fn deliver_one(
         metrics::histogram!("holdfast_relay_lag_seconds").record(lag.as_secs_f64());
     }
     let outcome = deliver::attempt(client, &d, settings.allow_private_targets).await;
+    let sending = sending_of(&d, lease_id);
+    // A first attempt's outcome becomes its delivery row, written in a batch
+    // by `record` (if the relay dies first, its lease expires and another
+    // relay sends the event again).
+    let first = |state, status, error, delay| {
+        let _ = outcomes.send(Record::First(FirstOutcome {
+            sending,
+            outbox_id: d.outbox_id,
+            state,
+            attempts: 1,
+            status,
+            error,
+            delay,
+        }));
+    };
     let recorded = match outcome {
         Attempt::Delivered(status) => {
             metrics::counter!("holdfast_delivery_attempts_total", "outcome" => "delivered")
@@ -479,20 +711,34 @@ async fn deliver_one(
                 .to_std()
                 .unwrap_or_default();
             metrics::histogram!("holdfast_delivery_latency_seconds").record(latency.as_secs_f64());
-            // Recorded in a batch by `record_delivered`; if the relay dies
-            // first, the lease expires and the event is sent again.
-            let _ = outcomes.send(claim::Delivered {
-                tenant_id: d.tenant_id,
-                id: d.id,
-                lease_id,
-                status,
-            });
+            match d.id {
+                None => first("delivered", Some(status), None, Duration::ZERO),
+                // Recorded in a batch by `record`; if the relay dies first,
+                // the lease expires and the event is sent again.
+                Some(id) => {
+                    let _ = outcomes.send(Record::Delivered(claim::Delivered {
+                        tenant_id: d.tenant_id,
+                        id,
+                        lease_id,
+                        status,
+                    }));
+                }
+            }
             Ok(())
         }
         Attempt::Gone => {
             metrics::counter!("holdfast_delivery_attempts_total", "outcome" => "gone").increment(1);
             tracing::warn!(partner = %d.partner_id, "partner answered 410 Gone; pausing it");
-            claim::mark_gone(db, &d, lease_id, sent_at).await
+            match d.id {
+                None => {
+                    let written = claim::first_gone(db, &d, sending, sent_at).await;
+                    if matches!(written, Ok(true)) {
+                        let _ = outcomes.send(Record::Written(sending));
+                    }
+                    written.map(|_| ())
+                }
+                Some(_) => claim::mark_gone(db, &d, lease_id, sent_at).await,
+            }
         }
         Attempt::Failed {
             status,
@@ -510,19 +756,41 @@ async fn deliver_one(
             let delay = Duration::from_millis(jitter)
                 .max(retry_after.unwrap_or_default())
                 .min(Duration::from_millis(settings.backoff_cap_ms));
-            claim::mark_failed(db, &d, lease_id, status, &error, delay, settings.max_attempts)
+            let dead_lettered = || {
+                metrics::counter!("holdfast_dead_letters_total").increment(1);
+                tracing::warn!(event = d.outbox_id, partner = %d.partner_id, error = %error, "delivery dead-lettered");
+            };
+            match d.id {
+                None => {
+                    let dead = settings.max_attempts <= 1;
+                    if dead {
+                        dead_lettered();
+                    }
+                    let state = if dead { "dead" } else { "pending" };
+                    first(state, status, Some(error.clone()), delay);
+                    Ok(())
+                }
+                Some(_) => claim::mark_failed(
+                    db,
+                    &d,
+                    lease_id,
+                    status,
+                    &error,
+                    delay,
+                    settings.max_attempts,
+                )
                 .await
                 .map(|after| {
                     if after == AfterFailure::DeadLettered {
-                        metrics::counter!("holdfast_dead_letters_total").increment(1);
-                        tracing::warn!(delivery = d.id, partner = %d.partner_id, error = %error, "delivery dead-lettered");
+                        dead_lettered();
                     }
-                })
+                }),
+            }
         }
     };
     if let Err(e) = recorded {
         // The lease will expire and the delivery will be tried again.
-        tracing::error!(delivery = d.id, error = %e, "could not record a delivery attempt");
+        tracing::error!(event = d.outbox_id, partner = %d.partner_id, error = %e, "could not record a delivery attempt");
     }
 }
 
@@ -546,7 +814,7 @@ mod tests {
     fn delivery(partner: Uuid, id: i64) -> Claimed {
         Claimed {
             tenant_id: Uuid::nil(),
-            id,
+            id: Some(id),
             outbox_id: id,
             partner_id: partner,
             attempts: 0,
@@ -566,7 +834,8 @@ mod tests {
             asked,
             partners,
             claimed,
-            more_to_fan_out: false,
+            first: Vec::new(),
+            fan_out_full: false,
         }
     }
 
@@ -581,7 +850,7 @@ mod tests {
         let first: Vec<i64> = holdings
             .next_to_send(&s)
             .iter()
-            .map(|h| h.delivery.id)
+            .filter_map(|h| h.delivery.id)
             .collect();
         let mut sorted = first.clone();
         sorted.sort();
@@ -599,7 +868,7 @@ mod tests {
         let next: Vec<i64> = holdings
             .next_to_send(&s)
             .iter()
-            .map(|h| h.delivery.id)
+            .filter_map(|h| h.delivery.id)
             .collect();
         assert_eq!(next, vec![3], "a freed slot takes a's next in line");
         let room = holdings.room(s.per_partner_held());
@@ -626,7 +895,7 @@ mod tests {
         let unsent: Vec<i64> = holdings
             .drain_waiting()
             .iter()
-            .map(|h| h.delivery.id)
+            .filter_map(|h| h.delivery.id)
             .collect();
         assert_eq!(unsent, vec![1, 2, 3, 4, 5, 6]);
     }

@@ -304,7 +304,7 @@ async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool
         &db,
         &[Delivered {
             tenant_id: a[0].tenant_id,
-            id: a[0].id,
+            id: a[0].id.expect("a claimed row"),
             lease_id: lease_a,
             status: 200,
         }],
@@ -313,7 +313,7 @@ async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool
     .expect("A delivers late");
     assert_eq!(
         lost,
-        vec![a[0].id],
+        vec![a[0].id.expect("a claimed row")],
         "A's delivered is refused as lease-lost"
     );
     assert_eq!(row().await, recorded_by_b, "B's record stands");
