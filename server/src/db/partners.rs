@@ -187,6 +187,17 @@ pub async fn delete_in_tx(
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
+    // First attempts a relay is sending from memory (relay/claim.rs
+    // fan_out_handing) count as pending: their rows are not written yet.
+    let sending: i64 = sqlx::query_scalar(
+        "select coalesce(sum(cardinality(outbox_ids)), 0)::int8 from relay_sending
+          where tenant_id = $1 and partner_id = $2",
+    )
+    .bind(tenant_id)
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let pending = pending + sending;
     if pending > 0 {
         return Ok(Deleted::Pending {
             name,
