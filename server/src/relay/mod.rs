@@ -239,18 +239,19 @@ impl Holdings {
         out
     }
 
+    fn queue(&mut self, delivery: Claimed, lease_id: Uuid) {
+        self.waiting
+            .entry(delivery.partner_id)
+            .or_default()
+            .push_back(Held { delivery, lease_id });
+    }
+
     /// Queues what a claim took. Returns whether more may be due than it
     /// could take: it got all it asked, or all a partner had room for.
     fn take(&mut self, claim: Claim, per_partner: usize) -> bool {
         let handed_out = claim.fan_out_full;
         for d in claim.first {
-            self.waiting
-                .entry(d.partner_id)
-                .or_default()
-                .push_back(Held {
-                    delivery: d,
-                    lease_id: claim.lease_id,
-                });
+            self.queue(d, claim.lease_id);
         }
         let mut got: HashMap<Uuid, usize> = HashMap::new();
         for d in &claim.claimed {
@@ -267,13 +268,7 @@ impl Holdings {
             || (claim.asked > 0 && claim.claimed.len() == claim.asked)
             || got.iter().any(|(partner, n)| *n >= room(partner));
         for d in claim.claimed {
-            self.waiting
-                .entry(d.partner_id)
-                .or_default()
-                .push_back(Held {
-                    delivery: d,
-                    lease_id: claim.lease_id,
-                });
+            self.queue(d, claim.lease_id);
         }
         more_due
     }
