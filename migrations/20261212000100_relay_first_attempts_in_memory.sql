@@ -28,10 +28,11 @@
 --   its row is still here; otherwise the pending row stands and the event
 --   is sent again (the partner dedupes on webhook-id).
 --
--- Readers that listed deliveries by their rows see these too: the order
--- history shows an event here as pending for its partner, partner delete
--- refuses while a partner has events here, and the backlog gauge counts
--- them.
+-- Readers that listed deliveries by their rows see these too, through the
+-- view `relay_sending_events` below (an event here that has no delivery row
+-- yet): the order history shows it as pending for its partner, partner
+-- delete refuses while a partner has one, and the backlog gauge, the
+-- operator's stats and the relay health count it as pending.
 create table relay_sending (
     tenant_id         uuid not null,
     partner_id        uuid not null,
@@ -49,3 +50,18 @@ grant select on relay_sending to holdfast_tenant;
 alter table relay_sending enable row level security;
 create policy tenant_isolation on relay_sending
     using (tenant_id = nullif(current_setting('app.tenant_id', true), '')::uuid);
+
+-- The events a relay is attempting from memory whose delivery row is not
+-- written yet, one row per event and partner: pending deliveries in all but
+-- storage. `created_at` is the fan-out's, as a pending row's is. Invoker's
+-- rights, so the tenant's policy on relay_sending applies to the request
+-- paths that read it.
+create view relay_sending_events with (security_invoker = true) as
+select s.tenant_id, s.partner_id, e.outbox_id, s.lease_id, s.created_at, s.lease_expires_at
+  from relay_sending s
+ cross join lateral unnest(s.outbox_ids) as e(outbox_id)
+ where not exists (select 1 from deliveries d
+                    where d.tenant_id = s.tenant_id and d.outbox_id = e.outbox_id
+                      and d.partner_id = s.partner_id);
+
+grant select on relay_sending_events to holdfast_tenant;

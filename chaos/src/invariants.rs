@@ -622,7 +622,9 @@ pub fn deliveries(subs: &[Subscriber<'_>], outbox: &[OutboxRow], audit: &mut Aud
 }
 
 /// No delivery waits past its schedule: nothing due for long without a
-/// live lease, no lease far in the future, nothing left unfanned.
+/// live lease, no lease far in the future, no first attempt held in memory
+/// by a relay whose lease ran out and nobody took over, nothing left
+/// unfanned.
 pub async fn stuck(db: &PgPool, audit: &mut Audit) -> anyhow::Result<()> {
     audit.check(
         "no delivery stuck past its schedule",
@@ -634,6 +636,17 @@ pub async fn stuck(db: &PgPool, audit: &mut Audit) -> anyhow::Result<()> {
                 and ((d.next_attempt_at < now() - interval '15 seconds'
                       and (d.lease_expires_at is null or d.lease_expires_at < now() - interval '15 seconds'))
                      or d.lease_expires_at > now() + interval '1 minute')",
+        )
+        .await?,
+    );
+    audit.check(
+        "no first attempt left with a relay whose lease ran out",
+        rows(
+            db,
+            "select format('event %s for partner %s: held in memory under a lease that ran out at %s',
+                           outbox_id, partner_id, lease_expires_at)
+               from relay_sending_events
+              where tenant_id = $1 and lease_expires_at < now() - interval '15 seconds'",
         )
         .await?,
     );

@@ -91,7 +91,8 @@ async fn relay_settled(db: &PgPool) {
     loop {
         let busy: i64 = sqlx::query_scalar(
             "select (select count(*) from outbox where fanned_out_at is null)
-                  + (select count(*) from deliveries where state = 'pending')",
+                  + (select count(*) from deliveries where state = 'pending')
+                  + (select count(*) from relay_sending)",
         )
         .fetch_one(db)
         .await

@@ -112,16 +112,19 @@ async fn reap(db: &PgPool, sql: &str, hours: u32) -> Result<u64, sqlx::Error> {
 }
 
 /// The backlog, its age and the dead letters, over every tenant. The age
-/// is the oldest pending delivery's (since its fan-out) or, older still, an
-/// event not fanned out yet (since its commit): the alert on it fires when
-/// the relays are stopped as well as when one partner holds its queue.
+/// is the oldest pending delivery's (since its fan-out; a first attempt a
+/// relay holds in memory counts as one) or, older still, an event not
+/// fanned out yet (since its commit): the alert on it fires when the relays
+/// are stopped as well as when one partner holds its queue.
 async fn publish_backlog(db: &PgPool) -> Result<(), sqlx::Error> {
     let (pending, dead, unfanned, oldest_age): (i64, i64, i64, f64) = sqlx::query_as(
-        "select (select count(*) from deliveries where state = 'pending'),
+        "select (select count(*) from deliveries where state = 'pending')
+                    + (select count(*) from relay_sending_events),
                 (select count(*) from deliveries where state = 'dead'),
                 (select count(*) from outbox where fanned_out_at is null),
                 coalesce(greatest(0, extract(epoch from now() - least(
                     (select min(created_at) from deliveries where state = 'pending'),
+                    (select min(created_at) from relay_sending_events),
                     (select created_at from outbox where fanned_out_at is null order by id limit 1)
                 ))), 0)::float8",
     )

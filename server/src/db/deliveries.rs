@@ -140,7 +140,8 @@ pub struct PartnerStats {
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Stats {
-    /// Deliveries not yet delivered nor dead, plus events not yet fanned out.
+    /// Deliveries not yet delivered nor dead (first attempts a relay holds in
+    /// memory included), plus events not yet fanned out.
     pub backlog: i64,
     pub dead_letters: i64,
     pub oldest_pending_age_seconds: Option<f64>,
@@ -150,15 +151,21 @@ pub struct Stats {
 pub async fn stats(conn: &mut PgConnection, tenant_id: Uuid) -> Result<Stats, sqlx::Error> {
     let partners: Vec<PartnerStats> = sqlx::query_as(
         "select p.id as partner_id, p.name, p.enabled, p.paused_reason,
-                count(*) filter (where d.state = 'pending') as pending,
+                count(*) filter (where d.state = 'pending') + max(s.sending) as pending,
                 count(*) filter (where d.state = 'dead') as dead,
                 count(*) filter (where d.state = 'delivered') as delivered,
-                min(d.created_at) filter (where d.state = 'pending') as oldest_pending_at,
+                least(min(d.created_at) filter (where d.state = 'pending'), max(s.oldest))
+                    as oldest_pending_at,
                 max(d.delivered_at) as last_delivered_at,
                 (select d2.last_error from deliveries d2
                   where d2.tenant_id = p.tenant_id and d2.partner_id = p.id and d2.last_error is not null
                   order by d2.id desc limit 1) as last_error
            from partners p
+           -- First attempts a relay holds in memory are pending deliveries
+           -- without their row yet.
+           cross join lateral (
+                select count(*) as sending, min(created_at) as oldest from relay_sending_events s
+                 where s.tenant_id = p.tenant_id and s.partner_id = p.id) s
            left join deliveries d on d.tenant_id = p.tenant_id and d.partner_id = p.id
           where p.tenant_id = $1
           group by p.tenant_id, p.id

@@ -192,6 +192,8 @@ pub async fn load(
 /// by partner name. An event the relay has not fanned out yet has no
 /// delivery rows: it shows as pending (held for a disabled partner) for every
 /// partner subscribed to its type now, decided by the rule the fan-out uses.
+/// Nor has an event a relay is attempting for the first time from memory
+/// (`relay_sending_events`): it shows as pending for that partner.
 async fn deliveries(
     conn: &mut PgConnection,
     tenant_id: Uuid,
@@ -200,9 +202,10 @@ async fn deliveries(
     if event_ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // One snapshot for both halves: an event is either not fanned out yet or
-    // has its deliveries, never both or neither because the relay moved
-    // between two reads.
+    // One snapshot for the three parts: an event is not fanned out yet, or
+    // being attempted from memory, or has its delivery row; never two or
+    // none because the relay moved between reads (the fan-out and the
+    // write of a first outcome are each one transaction).
     let rows: Vec<DeliveryRow> = sqlx::query_as(
         "select d.outbox_id, d.partner_id, p.name as partner_name, p.enabled as partner_enabled,
                 d.state, d.attempts, d.last_status, d.delivered_at,
@@ -216,6 +219,11 @@ async fn deliveries(
            from outbox o
            join partners p on p.tenant_id = o.tenant_id
           where o.tenant_id = $1 and o.id = any($2) and o.fanned_out_at is null
+         union all
+         select s.outbox_id, p.id, p.name, p.enabled, 'pending', 0, null, null, null, null
+           from relay_sending_events s
+           join partners p on p.tenant_id = s.tenant_id and p.id = s.partner_id
+          where s.tenant_id = $1 and s.outbox_id = any($2)
           order by 1, 3, 2",
     )
     .bind(tenant_id)

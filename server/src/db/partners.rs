@@ -190,8 +190,7 @@ pub async fn delete_in_tx(
     // First attempts a relay is sending from memory (relay/claim.rs
     // fan_out_handing) count as pending: their rows are not written yet.
     let sending: i64 = sqlx::query_scalar(
-        "select coalesce(sum(cardinality(outbox_ids)), 0)::int8 from relay_sending
-          where tenant_id = $1 and partner_id = $2",
+        "select count(*) from relay_sending_events where tenant_id = $1 and partner_id = $2",
     )
     .bind(tenant_id)
     .bind(id)

@@ -123,7 +123,8 @@ pub async fn last_hour(
     // Pending and dead rows only: delivered ones (the bulk) are not read here.
     let partners: Vec<PartnerRow> = sqlx::query_as(
         "select p.id, p.name, p.enabled, p.paused_reason,
-                extract(epoch from now() - min(d.created_at) filter (where d.state = 'pending'))::float8
+                extract(epoch from now() - least(min(d.created_at) filter (where d.state = 'pending'),
+                                                 max(s.oldest)))::float8
                     as oldest_pending_age_seconds,
                 count(*) filter (where d.state = 'pending' and d.attempts > 0) as retrying,
                 count(*) filter (where d.state = 'dead' and d.dead_lettered_at > now() - interval '1 hour')
@@ -132,6 +133,10 @@ pub async fn last_hour(
                     filter (where d.state = 'pending' and d.attempts > 0 and d.last_error is not null))[1]
                     as last_error
            from partners p
+           -- A first attempt a relay holds in memory is pending without its row.
+           cross join lateral (
+                select min(created_at) as oldest from relay_sending_events s
+                 where s.tenant_id = p.tenant_id and s.partner_id = p.id) s
            left join deliveries d on d.tenant_id = p.tenant_id and d.partner_id = p.id
                                  and d.state in ('pending', 'dead')
           where p.tenant_id = $1

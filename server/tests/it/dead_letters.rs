@@ -180,7 +180,8 @@ async fn wait_settled(db: &PgPool) {
         db,
         "the relay to settle",
         "select (select count(*) from outbox where fanned_out_at is null)
-              + (select count(*) from deliveries where state = 'pending')",
+              + (select count(*) from deliveries where state = 'pending')
+              + (select count(*) from relay_sending)",
         |n| n == 0,
     )
     .await;
