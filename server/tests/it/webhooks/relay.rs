@@ -522,6 +522,83 @@ async fn a_stopping_relay_gives_back_what_it_has_not_sent(db: PgPool) {
     assert_eq!(partner.accepted().len() as i64, all);
 }
 
+/// A first attempt a relay holds in memory (no delivery row until its
+/// outcome) reads as pending wherever the operator or the desk looks.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn first_attempts_held_in_memory_read_as_pending_everywhere(db: PgPool) {
+    let s = TestServer::start_with(AppState::new(db.clone()).allowing_private_targets(true)).await;
+    let ops = s.login("acme", "ops@acme.test").await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    // Slow enough that nothing is answered while the reads below run.
+    let partner = Partner::start(Behaviour::Slow(Duration::from_secs(4))).await;
+    let partner_id = register(&s, &ops, &partner, json!(["*"])).await;
+    let orders = make_activity(&s, &dana, 1).await;
+    let all = activity_events(&db).await;
+    let holding = Settings {
+        timeout: Duration::from_secs(8),
+        ..fast_relay()
+    };
+    let count = |sql: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .expect("count")
+        }
+    };
+    let relay = relay::spawn(db.clone(), holding).expect("relay");
+    let start = Instant::now();
+    while count("select count(*) from relay_sending").await == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "a fan-out");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        count("select count(*) from deliveries").await,
+        0,
+        "every first attempt is in memory, none has its row"
+    );
+    assert_eq!(
+        count("select count(*) from relay_sending_events").await,
+        all
+    );
+
+    let (status, stats) = s.get("/v1/admin/stats", &ops).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(stats["backlog"], all, "{stats}");
+    assert!(stats["oldest_pending_age_seconds"].is_number(), "{stats}");
+
+    let (status, history) = s
+        .get(&format!("/v1/orders/{}/history", orders[0]), &dana)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{history}");
+    let states: Vec<&Value> = history["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .flat_map(|e| e["deliveries"].as_array().expect("deliveries"))
+        .map(|d| &d["state"])
+        .collect();
+    assert!(!states.is_empty(), "{history}");
+    assert!(states.iter().all(|s| *s == "pending"), "{history}");
+
+    let (status, body) = s
+        .call(
+            Method::DELETE,
+            &format!("/v1/admin/partners/{partner_id}"),
+            Some(&ops),
+            None,
+        )
+        .await;
+    assert_problem(status, &body, 422, "invalid_state");
+    assert_eq!(body["pending_deliveries"], all, "{body}");
+
+    // Stopping gives what it holds back as rows: nothing is left in memory.
+    relay.shutdown().await;
+    assert_eq!(count("select count(*) from relay_sending").await, 0);
+    assert_eq!(count("select count(*) from deliveries").await, all);
+}
+
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn partner_admin_refuses_internal_urls_pauses_on_410_and_rotates(db: PgPool) {
     // Default policy: loopback and private targets refused at registration.
