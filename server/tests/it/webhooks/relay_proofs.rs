@@ -1,6 +1,7 @@
 //! What the relay promises and the other relay tests poll past (issue 15
 //! items 9–11): a stalled relay's late outcome never overwrites a newer
-//! claim; a commit reaches the partner through NOTIFY when polling would
+//! claim, nor does a late first attempt it held in memory once another
+//! relay took it over; a commit reaches the partner through NOTIFY when polling would
 //! take minutes; a partner's Retry-After is honoured, and capped.
 
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode as AxStatus};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use chrono::{DateTime, Utc};
-use holdfast_server::relay::claim::{self, AfterFailure, Delivered, Room};
+use holdfast_server::relay::claim::{
+    self, AfterFailure, Delivered, FirstOutcome, Handout, Room, Sending,
+};
 use holdfast_server::relay::{self, Settings};
 use holdfast_server::{demo, AppState};
 use reqwest::{Method, StatusCode};
@@ -326,4 +329,124 @@ async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool
             Some(503)
         )
     );
+}
+
+/// The same fence for a first attempt a fan-out handed to a relay in
+/// memory: once its lease has run out and another relay took the event
+/// over as a pending row, the stalled relay's late outcome — delivered, or
+/// a 410 that would pause the partner — writes nothing over the new claim.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_stalled_relays_late_first_attempt_never_overwrites_the_takeover(db: PgPool) {
+    let receiver = Receiver::start(vec![]).await;
+    let (s, dana) = server_with_partner(&db, &receiver.url).await;
+    create_order(&s, &dana).await;
+    let room = Room {
+        per_partner: 4,
+        partners: &[],
+    };
+    let count = |sql: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .expect("count")
+        }
+    };
+
+    // A's fan-out keeps the first attempt in memory: no delivery row yet.
+    let lease_a = Uuid::now_v7();
+    let handed = claim::fan_out_handing(
+        &db,
+        claim::FAN_OUT_BATCH,
+        Some(Handout {
+            lease_id: lease_a,
+            lease: Duration::from_millis(50),
+            total: 10,
+            room,
+        }),
+    )
+    .await
+    .expect("fan out");
+    assert_eq!(handed.first.len(), 1, "one first attempt handed out");
+    let first = &handed.first[0];
+    assert_eq!(count("select count(*) from deliveries").await, 0);
+    assert_eq!(count("select count(*) from relay_sending_events").await, 1);
+
+    // A stalls past its lease; the next pass makes the event a pending row.
+    let start = Instant::now();
+    while claim::take_over_expired(&db).await.expect("take over") == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "A's lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(count("select count(*) from relay_sending").await, 0);
+    let lease_b = Uuid::now_v7();
+    let b = claim::claim(&db, lease_b, Duration::from_secs(60), 10, room)
+        .await
+        .expect("claim B");
+    assert_eq!(b.len(), 1, "B claims the taken-over event");
+    assert_eq!(b[0].outbox_id, first.outbox_id);
+    let after_b = claim::mark_failed(
+        &db,
+        &b[0],
+        lease_b,
+        Some(503),
+        "partner busy (B)",
+        Duration::from_secs(30),
+        10,
+    )
+    .await
+    .expect("B records");
+    assert_eq!(after_b, AfterFailure::Retrying);
+    let row = || async {
+        sqlx::query_as::<_, (String, i32, Option<String>, Option<i32>)>(
+            "select state, attempts, last_error, last_status from deliveries where outbox_id = $1",
+        )
+        .bind(first.outbox_id)
+        .fetch_one(&db)
+        .await
+        .expect("row")
+    };
+    let recorded_by_b = row().await;
+
+    // A wakes up with its outcomes.
+    let sending = Sending {
+        tenant_id: first.tenant_id,
+        partner_id: first.partner_id,
+        lease_id: lease_a,
+    };
+    let not_written = claim::record_first(
+        &db,
+        &[FirstOutcome {
+            sending,
+            outbox_id: first.outbox_id,
+            state: "delivered",
+            attempts: 1,
+            status: Some(200),
+            error: None,
+            delay: Duration::ZERO,
+        }],
+        &[sending],
+    )
+    .await
+    .expect("A delivers late");
+    assert_eq!(
+        not_written,
+        vec![first.outbox_id],
+        "A's delivered is refused"
+    );
+    let gone = claim::first_gone(&db, first, sending, Utc::now())
+        .await
+        .expect("A's 410 late");
+    assert!(!gone, "A's 410 is refused");
+    assert_eq!(row().await, recorded_by_b, "B's record stands");
+    let enabled: bool = sqlx::query_scalar("select enabled from partners where id = $1")
+        .bind(first.partner_id)
+        .fetch_one(&db)
+        .await
+        .expect("partner");
+    assert!(enabled, "the partner is not paused by A's late 410");
 }
