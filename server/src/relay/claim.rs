@@ -46,6 +46,9 @@ pub struct FannedOut {
     /// First attempts handed to the caller under the handout's lease
     /// (`Claimed::id` is `None`: no row yet), oldest first.
     pub first: Vec<Claimed>,
+    /// Deliveries to enabled partners that became pending rows because the
+    /// handout had no room left for them.
+    pub overflow: u64,
 }
 
 /// Turns up to `limit` new outbox events into deliveries, one per event and
@@ -112,6 +115,7 @@ pub async fn fan_out_handing(
     let mut first = Vec::new();
     let mut pending = Pairs::default();
     let mut sending = Pairs::default();
+    let mut overflow = 0;
     for (tenant, outbox_id, event_type, payload, created_at) in events.iter() {
         let subscribed = partners.iter().filter(|p| {
             p.tenant_id == *tenant && p.event_types.iter().any(|t| pattern_matches(t, event_type))
@@ -127,6 +131,9 @@ pub async fn fan_out_handing(
                 })
             });
             if !(p.enabled && total > 0 && *room > 0) {
+                if p.enabled && handout.is_some() {
+                    overflow += 1;
+                }
                 pending.push(*tenant, *outbox_id, p.id);
                 continue;
             }
@@ -180,6 +187,7 @@ pub async fn fan_out_handing(
     Ok(FannedOut {
         events: events.len() as u64,
         first,
+        overflow,
     })
 }
 

@@ -266,7 +266,10 @@ impl Holdings {
                 .find(|(p, _)| p == partner)
                 .map_or(per_partner, |(_, r)| (*r).max(0) as usize)
         };
+        // Rows the fan-out made for lack of room are due now, and only a
+        // claim sends them: without a pass for them they waited for the poll.
         let more_due = handed_out
+            || claim.overflow > 0
             || (claim.asked > 0 && claim.claimed.len() == claim.asked)
             || got.iter().any(|(partner, n)| *n >= room(partner));
         for d in claim.claimed {
@@ -358,7 +361,16 @@ async fn run(
                             woken = true;
                         }
                         started(&outcomes, &claim.first, claim.lease_id);
-                        holdings.take(claim, settings.per_partner_held())
+                        // Rows still due stay due while a partner they may
+                        // belong to had no room in this claim: it holds
+                        // first attempts enough, and takes them later.
+                        let skipped = claim.partners.iter().any(|(_, room)| *room <= 0);
+                        let more_due = holdings.take(claim, settings.per_partner_held())
+                            || (cut_short && skipped);
+                        // A top-up waits for a delivery to finish; holding
+                        // none, nothing would finish before the poll.
+                        may_claim |= more_due && holdings.total() == 0;
+                        more_due
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "relay pass failed; retrying after the poll interval");
@@ -473,6 +485,8 @@ struct Claim {
     first: Vec<Claimed>,
     /// The pass fanned out all it asked for: more new events may be waiting.
     fan_out_full: bool,
+    /// Deliveries its fan-out made rows for lack of room (`FannedOut::overflow`).
+    overflow: u64,
 }
 
 /// What a pass may take.
@@ -544,6 +558,7 @@ async fn pump(db: PgPool, settings: Arc<Settings>, pass: Pass) -> Result<Claim, 
         claimed,
         first: fanned.first,
         fan_out_full,
+        overflow: fanned.overflow,
     })
 }
 
@@ -712,6 +727,7 @@ mod tests {
             claimed,
             first: Vec::new(),
             fan_out_full: false,
+            overflow: 0,
         }
     }
 

@@ -33,14 +33,21 @@ type Arrivals = Arc<Mutex<Vec<(Instant, DateTime<Utc>)>>>;
 #[derive(Clone)]
 struct Receiver {
     answers: Arc<Vec<(u16, Option<String>)>>,
+    /// How long each answer takes.
+    delay: Duration,
     arrivals: Arrivals,
     url: String,
 }
 
 impl Receiver {
     async fn start(answers: Vec<(u16, Option<String>)>) -> Receiver {
+        Receiver::start_slow(answers, Duration::ZERO).await
+    }
+
+    async fn start_slow(answers: Vec<(u16, Option<String>)>, delay: Duration) -> Receiver {
         let r = Receiver {
             answers: Arc::new(answers),
+            delay,
             arrivals: Arc::default(),
             url: String::new(),
         };
@@ -82,6 +89,7 @@ async fn receive(State(r): State<Receiver>, _headers: HeaderMap) -> impl IntoRes
         arrivals.push((Instant::now(), Utc::now()));
         arrivals.len() - 1
     };
+    tokio::time::sleep(r.delay).await;
     let (status, retry_after) = r.answers.get(n).cloned().unwrap_or((200, None));
     // "date+N": an HTTP date N seconds from this answer.
     let retry_after =
@@ -167,6 +175,46 @@ async fn a_commit_wakes_the_relay_long_before_its_poll(db: PgPool) {
     // 10 s: generous for a loaded 2-core machine, and 60 times shorter than the poll.
     receiver.wait_for(1, Duration::from_secs(10)).await;
     relay.shutdown().await;
+}
+
+/// A backlog larger than a relay holds in memory: what its fan-outs turn
+/// into pending rows for lack of room is claimed and sent as soon as there
+/// is room, not at the next poll (10 minutes here). Those rows once waited
+/// for the poll whenever the partner's last claim found it still full.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_backlog_past_the_relays_share_is_sent_without_waiting_for_the_poll(db: PgPool) {
+    // Answers that take 2 ms keep the partner's share full while the last
+    // events are fanned out, so some of them become rows.
+    let receiver = Receiver::start_slow(vec![], Duration::from_millis(2)).await;
+    let (_s, _dana) = server_with_partner(&db, &receiver.url).await;
+    // The server's defaults (64 in flight, 8 per partner): a partner's share
+    // of first attempts is 1,024, so 3,000 events overflow into rows.
+    let settings = Settings {
+        max_in_flight: 64,
+        per_partner_in_flight: 8,
+        ..settings(Duration::from_secs(600), 5_000)
+    };
+    let events = 3_000;
+    sqlx::query(
+        "insert into outbox (tenant_id, event_type, aggregate_kind, aggregate_id, sequence, payload)
+         select $1, 'order.created', 'order', gen_random_uuid(), 1, '{}'
+           from generate_series(1, $2)",
+    )
+    .bind(crate::support::acme())
+    .bind(events as i64)
+    .execute(&db)
+    .await
+    .expect("events");
+    let relay = relay::spawn(db.clone(), settings).expect("relay");
+    // 60 s: generous for a loaded 2-core machine, and 10 times shorter than the poll.
+    receiver.wait_for(events, Duration::from_secs(60)).await;
+    relay.shutdown().await;
+    let delivered: i64 =
+        sqlx::query_scalar("select count(*) from deliveries where state = 'delivered'")
+            .fetch_one(&db)
+            .await
+            .expect("count");
+    assert_eq!(delivered, events as i64);
 }
 
 /// Item 11. 429 and 503 with Retry-After (seconds, then an HTTP date) are
