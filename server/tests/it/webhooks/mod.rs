@@ -13,6 +13,11 @@ use serde_json::{json, Value};
 
 use crate::support::TestServer;
 
+/// The one number a `select count(*) …` returns.
+async fn count(db: &sqlx::PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db).await.expect("count")
+}
+
 /// The Standard Webhooks headers for `body`, signed with `secret`.
 fn signed(secret: &str, id: &str, timestamp: i64, body: &str) -> Vec<(&'static str, String)> {
     let key = webhook::parse_secret(secret).expect("secret");

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{inbound_secret, send_inbound, signed};
+use super::{count, inbound_secret, send_inbound, signed};
 use crate::support::{assert_problem, key, TestServer, MIGRATIONS};
 
 /// How a test partner answers each attempt.
@@ -483,26 +483,30 @@ async fn a_stopping_relay_gives_back_what_it_has_not_sent(db: PgPool) {
     .await;
     relay.shutdown().await;
 
-    let count = |sql: &'static str| {
-        let db = db.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&db)
-                .await
-                .expect("count")
-        }
-    };
     assert_eq!(
-        count("select count(*) from deliveries where lease_id is not null").await,
+        count(
+            &db,
+            "select count(*) from deliveries where lease_id is not null"
+        )
+        .await,
         0,
         "nothing is left leased by a relay that stopped"
     );
     assert!(
-        count("select count(*) from deliveries where state = 'delivered'").await >= 1,
+        count(
+            &db,
+            "select count(*) from deliveries where state = 'delivered'"
+        )
+        .await
+            >= 1,
         "the call in flight finished and was recorded"
     );
     assert!(
-        count("select count(*) from deliveries where state = 'pending' and attempts = 0").await
+        count(
+            &db,
+            "select count(*) from deliveries where state = 'pending' and attempts = 0"
+        )
+        .await
             >= 1,
         "claimed-ahead deliveries went back unattempted"
     );
@@ -511,7 +515,13 @@ async fn a_stopping_relay_gives_back_what_it_has_not_sent(db: PgPool) {
     partner.behave(Behaviour::Healthy);
     let started = Instant::now();
     let next = relay::spawn(db.clone(), one_at_a_time).expect("relay");
-    while count("select count(*) from deliveries where state = 'delivered'").await < all {
+    while count(
+        &db,
+        "select count(*) from deliveries where state = 'delivered'",
+    )
+    .await
+        < all
+    {
         assert!(
             started.elapsed() < Duration::from_secs(15),
             "given-back deliveries wait for no lease"
@@ -538,28 +548,19 @@ async fn first_attempts_held_in_memory_read_as_pending_everywhere(db: PgPool) {
         timeout: Duration::from_secs(8),
         ..fast_relay()
     };
-    let count = |sql: &'static str| {
-        let db = db.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&db)
-                .await
-                .expect("count")
-        }
-    };
     let relay = relay::spawn(db.clone(), holding).expect("relay");
     let start = Instant::now();
-    while count("select count(*) from relay_sending").await == 0 {
+    while count(&db, "select count(*) from relay_sending").await == 0 {
         assert!(start.elapsed() < Duration::from_secs(10), "a fan-out");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        count("select count(*) from deliveries").await,
+        count(&db, "select count(*) from deliveries").await,
         0,
         "every first attempt is in memory, none has its row"
     );
     assert_eq!(
-        count("select count(*) from relay_sending_events").await,
+        count(&db, "select count(*) from relay_sending_events").await,
         all
     );
 
@@ -595,8 +596,8 @@ async fn first_attempts_held_in_memory_read_as_pending_everywhere(db: PgPool) {
 
     // Stopping gives what it holds back as rows: nothing is left in memory.
     relay.shutdown().await;
-    assert_eq!(count("select count(*) from relay_sending").await, 0);
-    assert_eq!(count("select count(*) from deliveries").await, all);
+    assert_eq!(count(&db, "select count(*) from relay_sending").await, 0);
+    assert_eq!(count(&db, "select count(*) from deliveries").await, all);
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]

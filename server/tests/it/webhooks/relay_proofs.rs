@@ -22,6 +22,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::count;
 use crate::support::{key, TestServer, MIGRATIONS};
 
 /// When each attempt arrived: for gaps, and for comparing with the database's times.
@@ -281,6 +282,38 @@ async fn retry_after_is_honoured_and_capped(db: PgPool) {
     relay.shutdown().await;
 }
 
+/// A delivery row as the fencing proofs compare it: state, attempts, last
+/// error and status.
+type DeliveryRow = (String, i32, Option<String>, Option<i32>);
+
+async fn delivery_row(db: &PgPool, outbox_id: i64) -> DeliveryRow {
+    sqlx::query_as(
+        "select state, attempts, last_error, last_status from deliveries where outbox_id = $1",
+    )
+    .bind(outbox_id)
+    .fetch_one(db)
+    .await
+    .expect("delivery row")
+}
+
+/// Relay B, holding its claim, records a 503 (to be retried); returns the
+/// row as B left it.
+async fn b_records_a_503(db: &PgPool, b: &claim::Claimed, lease_b: Uuid) -> DeliveryRow {
+    let after_b = claim::mark_failed(
+        db,
+        b,
+        lease_b,
+        Some(503),
+        "partner busy (B)",
+        Duration::from_secs(30),
+        10,
+    )
+    .await
+    .expect("B records");
+    assert_eq!(after_b, AfterFailure::Retrying);
+    delivery_row(db, b.outbox_id).await
+}
+
 /// Item 9. Relay A claims a delivery and stalls past its lease; relay B
 /// claims it again and records its outcome; A's late outcome — failed or
 /// delivered — must not land over B's.
@@ -315,28 +348,7 @@ async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(b[0].id, a[0].id);
-    let after_b = claim::mark_failed(
-        &db,
-        &b[0],
-        lease_b,
-        Some(503),
-        "partner busy (B)",
-        Duration::from_secs(30),
-        10,
-    )
-    .await
-    .expect("B records");
-    assert_eq!(after_b, AfterFailure::Retrying);
-    let row = || async {
-        sqlx::query_as::<_, (String, i32, Option<String>, Option<i32>)>(
-            "select state, attempts, last_error, last_status from deliveries where id = $1",
-        )
-        .bind(a[0].id)
-        .fetch_one(&db)
-        .await
-        .expect("row")
-    };
-    let recorded_by_b = row().await;
+    let recorded_by_b = b_records_a_503(&db, &b[0], lease_b).await;
 
     // A wakes up with its outcome.
     let late = claim::mark_failed(
@@ -367,7 +379,11 @@ async fn a_stalled_relays_late_outcome_never_overwrites_a_newer_claim(db: PgPool
         vec![a[0].id.expect("a claimed row")],
         "A's delivered is refused as lease-lost"
     );
-    assert_eq!(row().await, recorded_by_b, "B's record stands");
+    assert_eq!(
+        delivery_row(&db, b[0].outbox_id).await,
+        recorded_by_b,
+        "B's record stands"
+    );
     assert_eq!(
         recorded_by_b,
         (
@@ -392,15 +408,6 @@ async fn a_stalled_relays_late_first_attempt_never_overwrites_the_takeover(db: P
         per_partner: 4,
         partners: &[],
     };
-    let count = |sql: &'static str| {
-        let db = db.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&db)
-                .await
-                .expect("count")
-        }
-    };
 
     // A's fan-out keeps the first attempt in memory: no delivery row yet.
     let lease_a = Uuid::now_v7();
@@ -418,8 +425,11 @@ async fn a_stalled_relays_late_first_attempt_never_overwrites_the_takeover(db: P
     .expect("fan out");
     assert_eq!(handed.first.len(), 1, "one first attempt handed out");
     let first = &handed.first[0];
-    assert_eq!(count("select count(*) from deliveries").await, 0);
-    assert_eq!(count("select count(*) from relay_sending_events").await, 1);
+    assert_eq!(count(&db, "select count(*) from deliveries").await, 0);
+    assert_eq!(
+        count(&db, "select count(*) from relay_sending_events").await,
+        1
+    );
 
     // A stalls past its lease; the next pass makes the event a pending row.
     let start = Instant::now();
@@ -430,35 +440,14 @@ async fn a_stalled_relays_late_first_attempt_never_overwrites_the_takeover(db: P
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(count("select count(*) from relay_sending").await, 0);
+    assert_eq!(count(&db, "select count(*) from relay_sending").await, 0);
     let lease_b = Uuid::now_v7();
     let b = claim::claim(&db, lease_b, Duration::from_secs(60), 10, room)
         .await
         .expect("claim B");
     assert_eq!(b.len(), 1, "B claims the taken-over event");
     assert_eq!(b[0].outbox_id, first.outbox_id);
-    let after_b = claim::mark_failed(
-        &db,
-        &b[0],
-        lease_b,
-        Some(503),
-        "partner busy (B)",
-        Duration::from_secs(30),
-        10,
-    )
-    .await
-    .expect("B records");
-    assert_eq!(after_b, AfterFailure::Retrying);
-    let row = || async {
-        sqlx::query_as::<_, (String, i32, Option<String>, Option<i32>)>(
-            "select state, attempts, last_error, last_status from deliveries where outbox_id = $1",
-        )
-        .bind(first.outbox_id)
-        .fetch_one(&db)
-        .await
-        .expect("row")
-    };
-    let recorded_by_b = row().await;
+    let recorded_by_b = b_records_a_503(&db, &b[0], lease_b).await;
 
     // A wakes up with its outcomes.
     let sending = Sending {
@@ -490,7 +479,11 @@ async fn a_stalled_relays_late_first_attempt_never_overwrites_the_takeover(db: P
         .await
         .expect("A's 410 late");
     assert!(!gone, "A's 410 is refused");
-    assert_eq!(row().await, recorded_by_b, "B's record stands");
+    assert_eq!(
+        delivery_row(&db, b[0].outbox_id).await,
+        recorded_by_b,
+        "B's record stands"
+    );
     let enabled: bool = sqlx::query_scalar("select enabled from partners where id = $1")
         .bind(first.partner_id)
         .fetch_one(&db)
