@@ -14,6 +14,11 @@ use crate::store::{
     unreadable, StoreError,
 };
 
+/// A pull that stored at least this many changes gives the heap it freed
+/// back to the system when it is done (see [`crate::heap`]): a catch-up or
+/// a first pull, not the one order a `changed` event brings.
+const RELEASE_HEAP_AFTER: usize = 100;
+
 impl Engine {
     /// Pulls until caught up. Returns true when this caught up with a server
     /// restored from a backup and queued again the journaled acts it lacks
@@ -26,6 +31,8 @@ impl Engine {
         // The next page, fetched (by the stored page's cursor, exactly the
         // request the next turn would make) while this one is stored.
         let mut prefetched: Option<std::result::Result<PullPage, ApiError>> = None;
+        // Changes stored by this pull, for the release of its heap at the end.
+        let mut stored_here = 0usize;
         loop {
             let started = std::time::Instant::now();
             // Whether the request named a cursor (a prefetch always does).
@@ -52,6 +59,8 @@ impl Engine {
             let has_more = page.has_more;
             let next_cursor = page.cursor.clone();
             let changes = page.changes.len();
+            stored_here += changes;
+            let release_heap = !has_more && stored_here >= RELEASE_HEAP_AFTER;
             let engine = self.clone();
             let store = tokio::task::spawn_blocking(move || {
                 let kept = engine.inner.store.write_mirror(|tx| {
@@ -62,6 +71,10 @@ impl Engine {
                     sync_state::set_cursor(tx, &page.cursor, page.history.as_deref(), now)?;
                     Ok(kept)
                 });
+                drop(page);
+                if release_heap {
+                    crate::heap::release_freed();
+                }
                 (kept, started.elapsed())
             });
             let next = async {
