@@ -11,7 +11,7 @@ pub mod act;
 pub mod api;
 pub mod conflict;
 pub mod engine;
-pub mod heap;
+mod heap;
 pub mod store;
 pub mod sync;
 pub mod token;

@@ -31,8 +31,6 @@ impl Engine {
         // The next page, fetched (by the stored page's cursor, exactly the
         // request the next turn would make) while this one is stored.
         let mut prefetched: Option<std::result::Result<PullPage, ApiError>> = None;
-        // Changes stored by this pull, for the release of its heap at the end.
-        let mut stored_here = 0usize;
         loop {
             let started = std::time::Instant::now();
             // Whether the request named a cursor (a prefetch always does).
@@ -59,8 +57,9 @@ impl Engine {
             let has_more = page.has_more;
             let next_cursor = page.cursor.clone();
             let changes = page.changes.len();
-            stored_here += changes;
-            let release_heap = !has_more && stored_here >= RELEASE_HEAP_AFTER;
+            // `report` is this pass's, and a pass pulls once: it counts
+            // what this pull stored before this page.
+            let release_heap = !has_more && report.pulled + changes >= RELEASE_HEAP_AFTER;
             let engine = self.clone();
             let store = tokio::task::spawn_blocking(move || {
                 let kept = engine.inner.store.write_mirror(|tx| {

@@ -39,7 +39,7 @@ impl Holdings {
             + self.sending.values().sum::<usize>()
     }
 
-    pub(super) fn sending_total(&self) -> usize {
+    fn sending_total(&self) -> usize {
         self.sending.values().sum()
     }
 
@@ -101,7 +101,7 @@ impl Holdings {
         out
     }
 
-    pub(super) fn queue(&mut self, delivery: Claimed, lease_id: Uuid) {
+    fn queue(&mut self, delivery: Claimed, lease_id: Uuid) {
         self.waiting
             .entry(delivery.partner_id)
             .or_default()
