@@ -129,10 +129,8 @@ pub async fn send(
     msg_id: &str,
     body: Vec<u8>,
 ) -> Result<reqwest::Response, SendError> {
-    // Literal-IP URLs never reach the resolver; vet every URL here too.
-    super::egress::check_url(url, allow_private)
-        .await
-        .map_err(SendError::Egress)?;
+    // Literal-IP URLs never reach the resolver, which vets host names.
+    let url = super::egress::vet_target(url, allow_private).map_err(SendError::Egress)?;
     let timestamp = Utc::now().timestamp();
     let signature = signatures(keys, msg_id, timestamp, &body).map_err(SendError::Secret)?;
     client

@@ -5,7 +5,7 @@
 //! name that was public yesterday can resolve to 127.0.0.1 today. The check
 //! at delivery sits in the HTTP client's resolver, so the address we vet is
 //! the address we connect to (no gap for DNS to change in between); URLs with
-//! a literal IP never reach a resolver and are checked by `check_url`.
+//! a literal IP never reach a resolver and are checked by `vet_target`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
@@ -98,12 +98,10 @@ pub enum EgressError {
     Unresolvable { host: String, message: String },
 }
 
-/// Parses and vets a partner URL (resolving its host).
+/// Parses and vets a partner URL (resolving its host): registration's
+/// check, which answers with what the name resolves to now.
 pub async fn check_url(url: &str, allow_private: bool) -> Result<Url, EgressError> {
-    let parsed = Url::parse(url).map_err(|e| EgressError::BadUrl(format!("{url}: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(EgressError::BadUrl(url.to_owned()));
-    }
+    let parsed = parse_target(url)?;
     if allow_private {
         return Ok(parsed);
     }
@@ -119,6 +117,36 @@ pub async fn check_url(url: &str, allow_private: bool) -> Result<Url, EgressErro
             host,
             addr: bad.ip(),
         });
+    }
+    Ok(parsed)
+}
+
+/// Parses a partner URL and vets what can be vetted without a lookup: an
+/// http(s) URL with a host, whose host, if a literal IP address, is not
+/// internal. The check at delivery: a host name is vetted by
+/// [`SafeResolver`] when a connection is made, against the address
+/// connected to, so resolving it here as well would only cost a lookup on
+/// a blocking thread per delivery.
+pub fn vet_target(url: &str, allow_private: bool) -> Result<Url, EgressError> {
+    let parsed = parse_target(url)?;
+    let literal = match parsed.host() {
+        Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+        Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+        _ => None,
+    };
+    match literal {
+        Some(addr) if !allow_private && is_internal(addr) => Err(EgressError::Internal {
+            host: parsed.host_str().unwrap_or_default().to_owned(),
+            addr,
+        }),
+        _ => Ok(parsed),
+    }
+}
+
+fn parse_target(url: &str) -> Result<Url, EgressError> {
+    let parsed = Url::parse(url).map_err(|e| EgressError::BadUrl(format!("{url}: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(EgressError::BadUrl(url.to_owned()));
     }
     Ok(parsed)
 }
@@ -251,6 +279,48 @@ mod tests {
             let err = check_url(url, false).await.expect_err(url);
             assert!(matches!(err, EgressError::Internal { .. }), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn the_check_at_delivery_refuses_internal_literals_and_leaves_names_to_the_resolver() {
+        for url in [
+            "http://127.0.0.1:9/hook",
+            "http://[::1]:9/hook",
+            "http://[64:ff9b::a9fe:a9fe]/latest",
+        ] {
+            let err = vet_target(url, false).expect_err(url);
+            assert!(matches!(err, EgressError::Internal { .. }), "{url}: {err}");
+            assert!(
+                vet_target(url, true).is_ok(),
+                "{url} is allowed when private targets are"
+            );
+        }
+        assert!(matches!(
+            vet_target("ftp://example.com/", true),
+            Err(EgressError::BadUrl(_))
+        ));
+        // No lookup here: the name is vetted when a connection is made.
+        assert!(vet_target("http://localhost:9/hook", false).is_ok());
+    }
+
+    /// What lets the check at delivery skip host names: the relay's client
+    /// refuses one that resolves to an internal address before connecting.
+    #[tokio::test]
+    async fn the_relays_client_refuses_a_name_that_resolves_to_an_internal_address() {
+        let client = crate::relay::deliver::client(std::time::Duration::from_secs(5), false)
+            .expect("client");
+        let err = client
+            .post("http://localhost:9/hook")
+            .send()
+            .await
+            .expect_err("refused");
+        let mut chain = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(s) = source {
+            chain.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        assert!(chain.contains("an internal address"), "{chain}");
     }
 
     #[tokio::test]

@@ -44,9 +44,10 @@ pub(super) enum Record {
     Written(Sending),
 }
 
-/// Records outcomes: whatever finished while the previous statement ran
-/// goes in the next one, so a busy relay writes in batches and an idle one
-/// at once. It also keeps this relay's `relay_sending` rows: it counts each
+/// Records outcomes: whatever finished while the previous statement ran,
+/// or within `LINGER` of the first outcome, goes in the next one, so a busy
+/// relay writes in batches (in bench item 6, ~48 rows a statement against
+/// ~13 without the wait) and an idle one within a few ms. It also keeps this relay's `relay_sending` rows: it counts each
 /// row's first attempts down, deletes the row with its last delivery row,
 /// and renews the leases of the live ones every quarter lease. Returns when
 /// every sender is gone and the queue is drained; a row it could not write
@@ -57,13 +58,30 @@ pub(super) async fn record(
     lease: Duration,
 ) {
     const MAX_BATCH: usize = 1000;
+    const LINGER: Duration = Duration::from_millis(2);
     let mut live: HashMap<Sending, usize> = HashMap::new();
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut renewal = tokio::time::interval(lease / 4);
     renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            n = outcomes.recv_many(&mut batch, MAX_BATCH) => if n == 0 { break },
+            n = outcomes.recv_many(&mut batch, MAX_BATCH) => {
+                if n == 0 {
+                    break;
+                }
+                // A busy relay finishes an attempt every few tens of µs:
+                // waiting a moment for more puts dozens in the statement
+                // instead of a handful, and the write per row is cheaper.
+                if n < MAX_BATCH {
+                    tokio::time::sleep(LINGER).await;
+                    while batch.len() < MAX_BATCH {
+                        match outcomes.try_recv() {
+                            Ok(record) => batch.push(record),
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
             _ = renewal.tick() => {
                 let leases: Vec<Uuid> = live.keys().map(|s| s.lease_id).collect();
                 if !leases.is_empty() {
