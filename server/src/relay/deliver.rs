@@ -188,7 +188,7 @@ pub async fn attempt(client: &reqwest::Client, d: &Claimed, allow_private: bool)
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -123,7 +123,7 @@ pub async fn check_url(url: &str, allow_private: bool) -> Result<Url, EgressErro
 
 /// Parses a partner URL and vets what can be vetted without a lookup: an
 /// http(s) URL with a host, whose host, if a literal IP address, is not
-/// internal. The check at delivery: a host name is vetted by
+/// internal. This is the check at delivery: a host name is vetted by
 /// [`SafeResolver`] when a connection is made, against the address
 /// connected to, so resolving it here as well would only cost a lookup on
 /// a blocking thread per delivery.
@@ -314,12 +314,7 @@ mod tests {
             .send()
             .await
             .expect_err("refused");
-        let mut chain = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(s) = source {
-            chain.push_str(&format!(": {s}"));
-            source = s.source();
-        }
+        let chain = crate::relay::deliver::error_chain(&err);
         assert!(chain.contains("an internal address"), "{chain}");
     }
 

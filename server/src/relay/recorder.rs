@@ -47,11 +47,12 @@ pub(super) enum Record {
 /// Records outcomes: whatever finished while the previous statement ran,
 /// or within `LINGER` of the first outcome, goes in the next one, so a busy
 /// relay writes in batches (in bench item 6, ~48 rows a statement against
-/// ~13 without the wait) and an idle one within a few ms. It also keeps this relay's `relay_sending` rows: it counts each
-/// row's first attempts down, deletes the row with its last delivery row,
-/// and renews the leases of the live ones every quarter lease. Returns when
-/// every sender is gone and the queue is drained; a row it could not write
-/// for is left to expire (another relay then sends its events again).
+/// ~13 without the wait) and an idle one within a few ms. It also keeps
+/// this relay's `relay_sending` rows: it counts each row's first attempts
+/// down, deletes the row with its last delivery row, and renews the leases
+/// of the live ones every quarter lease. Returns when every sender is gone
+/// and the queue is drained; a row it could not write for is left to
+/// expire (another relay then sends its events again).
 pub(super) async fn record(
     db: PgPool,
     mut outcomes: mpsc::UnboundedReceiver<Record>,
@@ -70,8 +71,8 @@ pub(super) async fn record(
                     break;
                 }
                 // A busy relay finishes an attempt every few tens of µs:
-                // waiting a moment for more puts dozens in the statement
-                // instead of a handful, and the write per row is cheaper.
+                // waiting a moment for more puts dozens of outcomes in one
+                // statement instead of a handful, so far fewer statements.
                 if n < MAX_BATCH {
                     tokio::time::sleep(LINGER).await;
                     while batch.len() < MAX_BATCH {
