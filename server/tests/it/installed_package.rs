@@ -264,6 +264,25 @@ fn service_user() -> Option<nix::unistd::User> {
 }
 
 /// Stops whatever a failed run leaves behind.
+/// One datagram from systemd's notify socket within `timeout`. Linux never
+/// restarts a receive on a socket with a timeout, neither after a signal
+/// handler nor after the process was stopped and continued (man 7 signal),
+/// and CI saw it fail so with EINTR: receive again with the time left.
+fn recv_notify(socket: &UnixDatagram, buf: &mut [u8], timeout: Duration) -> std::io::Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        socket.set_read_timeout(Some(left))?;
+        match socket.recv(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            result => return result,
+        }
+    }
+}
+
 struct Cleanup {
     child: Option<std::process::Child>,
     cluster: PathBuf,
@@ -356,9 +375,6 @@ fn installed_package_starts_as_the_unit_starts_it() {
     let notify_path = tmp.path().join("notify");
     let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
     std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    notify
-        .set_read_timeout(Some(Duration::from_secs(180)))
-        .expect("timeout");
 
     // ExecStart, its absolute paths mapped.
     let exec: Vec<String> = unit["ExecStart"]
@@ -406,8 +422,7 @@ fn installed_package_starts_as_the_unit_starts_it() {
 
     // Readiness as systemd sees it.
     let mut buf = [0u8; 512];
-    let n = notify
-        .recv(&mut buf)
+    let n = recv_notify(&notify, &mut buf, Duration::from_secs(180))
         .unwrap_or_else(|e| panic!("no READY=1 ({e}); log:\n{}", tail(&log)));
     let message = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(message.lines().any(|l| l == "READY=1"), "{message}");
@@ -458,7 +473,7 @@ fn installed_package_starts_as_the_unit_starts_it() {
     let child = guard.child.as_mut().expect("child");
     let stopping = Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).expect("SIGTERM");
-    let n = notify.recv(&mut buf).expect("STOPPING=1");
+    let n = recv_notify(&notify, &mut buf, Duration::from_secs(180)).expect("STOPPING=1");
     assert!(
         String::from_utf8_lossy(&buf[..n])
             .lines()
