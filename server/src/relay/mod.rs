@@ -116,6 +116,14 @@ const CLAIM_AHEAD: usize = 8;
 /// holds (see `Settings::per_partner_first`).
 const FIRST_AHEAD: usize = 128;
 
+/// A notification starts a pass no sooner than this after the last pass
+/// began. Under a stream of commits (hundreds a second at one client, each
+/// notifying) one pass then takes the events of several, instead of a pass,
+/// six statements on the relay's connection, per commit; a notification
+/// after a quiet spell (events 10 ms apart, item 6c of the bench) passes at
+/// once. A full fan-out's next batch and the poll are not held back.
+const WAKE_GAP: Duration = Duration::from_millis(5);
+
 /// A running relay.
 pub struct RelayHandle {
     stop: watch::Sender<bool>,
@@ -171,11 +179,19 @@ async fn run(
     // runs beside the deliveries, never holding them up.
     let mut may_claim = true;
     let mut woken = true;
+    // A notification not yet passed on, waiting out `WAKE_GAP`.
+    let mut notified = false;
+    let mut last_pass = tokio::time::Instant::now();
     let mut cut_short = false;
     let mut claiming: Option<JoinHandle<Result<Claim, sqlx::Error>>> = None;
     loop {
         if *stop.borrow() {
             break;
+        }
+        if notified && last_pass.elapsed() >= WAKE_GAP {
+            notified = false;
+            may_claim = true;
+            woken = true;
         }
         if may_claim && claiming.is_none() {
             may_claim = false;
@@ -196,6 +212,7 @@ async fn run(
                     woken: std::mem::take(&mut woken),
                 };
                 claiming = Some(tokio::spawn(pump(db.clone(), settings.clone(), pass)));
+                last_pass = tokio::time::Instant::now();
             }
         }
         for held in holdings.next_to_send(&settings) {
@@ -262,9 +279,9 @@ async fn run(
                     // The listener broke; fall back to polling and reconnect later.
                     listener = None;
                 }
-                may_claim = true;
-                woken = true;
+                notified = true;
             }
+            _ = tokio::time::sleep_until(last_pass + WAKE_GAP), if notified => {}
         }
         if listener.is_none() && !*stop.borrow() {
             listener = listen(&db).await;
