@@ -19,7 +19,7 @@ use crate::pgbench::{Pgbench, Script};
 use crate::report::{self, latency, ms, rate, Goal, Row};
 use crate::server::Server;
 use crate::setup::{self, BenchDb, Fixture, Target};
-use crate::{bearer, progress, push, push_ceiling, stream};
+use crate::{bearer, idle, progress, push, push_ceiling, stream};
 
 mod relay_item;
 
@@ -217,6 +217,10 @@ enum Variant {
     Pgbench,
     /// …and the seed's three-commit shape (item 3).
     PgbenchThree,
+    /// `Http` and `Pgbench` with every CPU held polling when idle
+    /// (`idle::Polling`), at one client.
+    HttpPolling,
+    PgbenchPolling,
 }
 
 impl Variant {
@@ -226,6 +230,8 @@ impl Variant {
             Variant::Http => "http",
             Variant::Pgbench => "pgbench",
             Variant::PgbenchThree => "pgbench-three",
+            Variant::HttpPolling => "http-polling",
+            Variant::PgbenchPolling => "pgbench-polling",
             Variant::Raw(Shape::OneCommit) => "one",
             Variant::Raw(Shape::ThreeCommits) => "three",
             Variant::Raw(Shape::EngineSequence) => "engine",
@@ -238,6 +244,8 @@ impl Variant {
             Variant::Http => "Holdfast HTTP",
             Variant::Pgbench => "pgbench -M prepared, one-commit",
             Variant::PgbenchThree => "pgbench -M prepared, three-commit (seed)",
+            Variant::HttpPolling => "Holdfast HTTP, CPUs held polling",
+            Variant::PgbenchPolling => "pgbench -M prepared, one-commit, CPUs held polling",
             Variant::Raw(Shape::OneCommit) => "raw one-commit",
             Variant::Raw(Shape::ThreeCommits) => "raw three-commit (seed)",
             Variant::Raw(Shape::EngineSequence) => "raw engine sequence",
@@ -258,6 +266,20 @@ async fn run_variant(
         Workload::Spread => f.spread_targets(i, clients),
     };
     let seed = |i: usize| (i as u64) << 8 | clients as u64;
+    let (variant, _polling) = match variant {
+        Variant::HttpPolling | Variant::PgbenchPolling => {
+            let hold = idle::Polling::hold().context(
+                "holding the CPUs polling (/dev/cpu_dma_latency) was possible a moment ago",
+            )?;
+            let inner = if variant == Variant::HttpPolling {
+                Variant::Http
+            } else {
+                Variant::Pgbench
+            };
+            (inner, Some(hold))
+        }
+        other => (other, None),
+    };
     match variant {
         Variant::Pgbench | Variant::PgbenchThree => {
             let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
@@ -268,6 +290,7 @@ async fn run_variant(
             };
             ctx.pgbench.run(clients, len, shape, ctx.plan.window).await
         }
+        Variant::HttpPolling | Variant::PgbenchPolling => unreachable!("mapped above"),
         Variant::Http => {
             let cs = (0..clients)
                 .map(|i| {
@@ -324,13 +347,37 @@ fn merged(ms: &[Measured]) -> Latencies {
 /// Holdfast (or the first variant) against a baseline variant, as a row.
 fn compare(cells: &Cells, key: (Workload, usize), h: Variant, b: Variant) -> Option<Row> {
     let hs = cells.get(&(key.0, h, key.1))?;
-    let Some(bs) = cells.get(&(key.0, b, key.1)) else {
+    Some(compare_runs(hs, cells.get(&(key.0, b, key.1))))
+}
+
+/// Round by round, the faster of two variants' runs (`None` unless both ran).
+fn faster_of(
+    cells: &Cells,
+    key: (Workload, usize),
+    a: Variant,
+    b: Variant,
+) -> Option<Vec<Measured>> {
+    let (xs, ys) = (
+        cells.get(&(key.0, a, key.1))?,
+        cells.get(&(key.0, b, key.1))?,
+    );
+    Some(
+        xs.iter()
+            .zip(ys)
+            .map(|(x, y)| if x.rate() >= y.rate() { x } else { y }.clone())
+            .collect(),
+    )
+}
+
+/// Per-round runs of one side against the other's, as a row.
+fn compare_runs(hs: &[Measured], bs: Option<&Vec<Measured>>) -> Row {
+    let Some(bs) = bs else {
         // Only one side was asked for (`--variants`): show it alone.
-        return Some(Row {
+        return Row {
             holdfast: rate(mean_rate(hs)),
             holdfast_latency: latency(&merged(hs)),
             ..Row::default()
-        });
+        };
     };
     let per_round: Vec<f64> = hs
         .iter()
@@ -339,7 +386,7 @@ fn compare(cells: &Cells, key: (Workload, usize), h: Variant, b: Variant) -> Opt
         .collect();
     let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some(Row {
+    Row {
         holdfast: rate(mean_rate(hs)),
         baseline: rate(mean_rate(bs)),
         ratio: Some(median(per_round.clone())),
@@ -347,7 +394,7 @@ fn compare(cells: &Cells, key: (Workload, usize), h: Variant, b: Variant) -> Opt
         holdfast_latency: latency(&merged(hs)),
         baseline_latency: latency(&merged(bs)),
         ..Row::default()
-    })
+    }
 }
 
 async fn allocation(
@@ -362,6 +409,12 @@ async fn allocation(
     if ctx.plan.diagnose_at > 0 && !levels.contains(&ctx.plan.diagnose_at) {
         levels.push(ctx.plan.diagnose_at);
     }
+    let polling = idle::Polling::hold().is_some();
+    if !polling {
+        progress::step(format_args!(
+            "items 1-2: cannot hold the CPUs polling (/dev/cpu_dma_latency needs root); one client runs only as the CPUs idle"
+        ));
+    }
     for &c in &levels {
         for round in 0..ctx.plan.rounds {
             for workload in [Workload::Hot, Workload::Spread] {
@@ -371,6 +424,9 @@ async fn allocation(
                 let mut variants = Vec::new();
                 if clients.contains(&c) {
                     variants.extend([Variant::Pgbench, one, Variant::Http, Variant::PgbenchThree]);
+                    if c == 1 && polling {
+                        variants.extend([Variant::PgbenchPolling, Variant::HttpPolling]);
+                    }
                     // Our own client of the seed's shape: only when asked for
                     // (`--variants three`), as a diagnostic against pgbench's.
                     if ctx.plan.variants.iter().any(|v| v == "three") {
@@ -425,17 +481,48 @@ async fn allocation(
                 (0.5, "≥ 0.5 at 32"),
             ),
         ] {
-            if let Some(mut row) = compare(&cells, (workload, c), Variant::Http, pgbench) {
+            let key = (workload, c);
+            // At one client, each side as fast as this machine lets it be:
+            // round by round, the faster of its run with the CPUs free to
+            // idle and its run with them held polling (idle.rs).
+            let best = (
+                faster_of(&cells, key, Variant::Http, Variant::HttpPolling),
+                faster_of(&cells, key, pgbench, Variant::PgbenchPolling),
+            );
+            if let (Some(hs), Some(bs)) = &best {
+                let mut row = compare_runs(hs, Some(bs));
+                row.item = item.into();
+                row.what = format!(
+                    "{name} via HTTP vs pgbench -M prepared (same SQL), {c} clients, each side the faster of CPUs idling and held polling"
+                );
+                row.goal = Goal::new("≥ 0.6 at 1", row.ratio.unwrap_or(0.0) >= 0.6);
+                rows.push(row);
+            }
+            if let Some(mut row) = compare(&cells, key, Variant::Http, pgbench) {
                 row.item = item.into();
                 row.what =
                     format!("{name} via HTTP vs pgbench -M prepared (same SQL), {c} clients");
                 let ratio = row.ratio.unwrap_or(0.0);
                 if c == 32 {
                     row.goal = Goal::new(goal.1, ratio >= goal.0);
-                } else if c == 1 {
+                } else if c == 1 && best.0.is_none() {
                     row.goal = Goal::new("≥ 0.6 at 1", ratio >= 0.6);
                 }
                 rows.push(row);
+            }
+            for (polled, plain, who) in [
+                (Variant::PgbenchPolling, pgbench, "pgbench"),
+                (Variant::HttpPolling, Variant::Http, "HTTP"),
+            ] {
+                if let Some(mut row) = compare(&cells, key, polled, plain) {
+                    if row.ratio.is_some() {
+                        row.item = item.into();
+                        row.what = format!(
+                            "{name}: {who} with the CPUs held polling vs idling, {c} clients"
+                        );
+                        rows.push(row);
+                    }
+                }
             }
             if let Some(mut row) = compare(&cells, (workload, c), one, pgbench) {
                 row.item = item.into();

@@ -8,6 +8,7 @@ mod alloc;
 mod catalog;
 mod desk;
 mod desktop;
+mod idle;
 mod items;
 mod load;
 mod pgbench;
