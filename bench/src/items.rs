@@ -266,22 +266,14 @@ async fn run_variant(
         Workload::Spread => f.spread_targets(i, clients),
     };
     let seed = |i: usize| (i as u64) << 8 | clients as u64;
-    let (variant, _polling) = match variant {
-        Variant::HttpPolling | Variant::PgbenchPolling => {
-            let hold = idle::Polling::hold().context(
-                "holding the CPUs polling (/dev/cpu_dma_latency) was possible a moment ago",
-            )?;
-            let inner = if variant == Variant::HttpPolling {
-                Variant::Http
-            } else {
-                Variant::Pgbench
-            };
-            (inner, Some(hold))
-        }
-        other => (other, None),
+    let _polling = match variant {
+        Variant::HttpPolling | Variant::PgbenchPolling => Some(idle::Polling::hold().context(
+            "holding the CPUs polling (/dev/cpu_dma_latency) was possible a moment ago",
+        )?),
+        _ => None,
     };
     match variant {
-        Variant::Pgbench | Variant::PgbenchThree => {
+        Variant::Pgbench | Variant::PgbenchThree | Variant::PgbenchPolling => {
             let per_client: Vec<Vec<Target>> = (0..clients).map(targets).collect();
             let len = ctx.pgbench.load_targets(&ctx.pool, &per_client).await?;
             let shape = Script {
@@ -290,8 +282,7 @@ async fn run_variant(
             };
             ctx.pgbench.run(clients, len, shape, ctx.plan.window).await
         }
-        Variant::HttpPolling | Variant::PgbenchPolling => unreachable!("mapped above"),
-        Variant::Http => {
+        Variant::Http | Variant::HttpPolling => {
             let cs = (0..clients)
                 .map(|i| {
                     HttpAllocate::new(

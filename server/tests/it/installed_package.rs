@@ -263,7 +263,6 @@ fn service_user() -> Option<nix::unistd::User> {
     nix::unistd::User::from_name("holdfast").expect("getpwnam")
 }
 
-/// Stops whatever a failed run leaves behind.
 /// One datagram from systemd's notify socket within `timeout`. Linux never
 /// restarts a receive on a socket with a timeout, neither after a signal
 /// handler nor after the process was stopped and continued (man 7 signal),
@@ -283,6 +282,7 @@ fn recv_notify(socket: &UnixDatagram, buf: &mut [u8], timeout: Duration) -> std:
     }
 }
 
+/// Stops whatever a failed run leaves behind.
 struct Cleanup {
     child: Option<std::process::Child>,
     cluster: PathBuf,
