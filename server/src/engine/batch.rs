@@ -1,6 +1,12 @@
 //! Batch push: a reconnecting desk's queued mutations, applied in order
 //! through the same engine as single REST calls, with few commits.
 //!
+//! The batch is first split into lanes that share no row (`lanes`: the same
+//! order, key, SKU, or the customer of a confirm or cancel keep items
+//! together), applied side by side on a connection each; within a lane the
+//! items run in batch order as described below, and the answers are put
+//! back in batch order.
+//!
 //! Items share a transaction (one fsync for many mutations). A transaction is
 //! committed and a new one begun after `MAX_ITEMS_PER_TX` items or
 //! `MAX_TX_TIME`, so a batch never holds a hot SKU's row lock for long. Each
@@ -68,8 +74,13 @@
 //! rejections may count an item of an abandoned attempt twice.) The database
 //! being unavailable is not retried: the push answers 503.
 
+mod lanes;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use tracing::Instrument as _;
 
 use holdfast_protocol::model::{PushItem, PushResult};
 use holdfast_protocol::problem::{Problem, ProblemCode};
@@ -93,12 +104,91 @@ const MAX_TX_TIME: Duration = Duration::from_millis(250);
 /// Order id → key of the first item on it that did not succeed.
 type Failed = HashMap<Uuid, String>;
 
+/// Applies a batch: its items split into lanes that share no row
+/// (`lanes`), each lane applied in batch order on its own connection, the
+/// lanes side by side; the answers in batch order.
 pub async fn push(
     db: &PgPool,
     caller: &Caller,
     items: Vec<PushItem>,
 ) -> anyhow::Result<Vec<PushResult>> {
     let items: Vec<Item> = items.iter().map(Item::new).collect();
+    let lane_of = lanes_of(db, caller, &items).await?;
+    let count = items.len();
+    let mut lanes: Vec<(Vec<usize>, Vec<Item>)> = Vec::new();
+    for (i, (item, lane)) in items.into_iter().zip(lane_of).enumerate() {
+        if lanes.len() <= lane {
+            lanes.resize_with(lane + 1, Default::default);
+        }
+        lanes[lane].0.push(i);
+        lanes[lane].1.push(item);
+    }
+    if let [(_, items)] = lanes.as_slice() {
+        return apply_in_order(db, caller, items).await;
+    }
+    let mut running = tokio::task::JoinSet::new();
+    for (indices, items) in lanes {
+        let (db, caller) = (db.clone(), caller.clone());
+        running.spawn(
+            async move {
+                let answers = apply_in_order(&db, &caller, &items).await?;
+                anyhow::Ok((indices, answers))
+            }
+            .instrument(tracing::Span::current()),
+        );
+    }
+    let mut results: Vec<Option<PushResult>> = (0..count).map(|_| None).collect();
+    while let Some(lane) = running.join_next().await {
+        let (indices, answers) = lane??;
+        for (i, answer) in indices.into_iter().zip(answers) {
+            results[i] = Some(answer);
+        }
+    }
+    results
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .context("a lane of the push left an item unanswered")
+}
+
+/// The lane of each item (`lanes::Groups`): what the batch shows, and when
+/// that leaves more than one group, what the database holds for its orders.
+async fn lanes_of(db: &PgPool, caller: &Caller, items: &[Item]) -> anyhow::Result<Vec<usize>> {
+    let mut groups = lanes::Groups::of(items);
+    if lanes::LANES == 1 || groups.is_one() {
+        return Ok(vec![0; items.len()]);
+    }
+    let mut tx = begin_for_tenant(db, caller.tenant_id).await?;
+    let existing: Vec<(Uuid, Uuid, Vec<Uuid>)> = sqlx::query_as(
+        "select o.id, o.customer_id, coalesce(array_agg(l.sku_id) filter (where l.sku_id is not null), '{}')
+           from orders o
+           left join order_lines l on l.tenant_id = o.tenant_id and l.order_id = o.id
+          where o.tenant_id = $1 and o.id = any($2)
+          group by o.id, o.customer_id",
+    )
+    .bind(caller.tenant_id)
+    .bind(groups.orders())
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let existing: Vec<lanes::Existing> = existing
+        .into_iter()
+        .map(|(order, customer, skus)| lanes::Existing {
+            order,
+            customer,
+            skus,
+        })
+        .collect();
+    groups.add_existing(&existing);
+    Ok(groups.lanes(lanes::LANES))
+}
+
+/// One lane's items in order: chunk after chunk, each tried straight and
+/// redone with a savepoint per item when it must be (the module docs).
+async fn apply_in_order(
+    db: &PgPool,
+    caller: &Caller,
+    items: &[Item],
+) -> anyhow::Result<Vec<PushResult>> {
     let mut results = Vec::with_capacity(items.len());
     let mut failed = Failed::new();
     let mut pace = None;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{allocate_path, position};
 use crate::support::audit::assert_ledgers_match_positions;
-use crate::support::{assert_problem, kestrel_m, TestServer, MIGRATIONS};
+use crate::support::{assert_problem, kestrel_m, order_with_line, TestServer, MIGRATIONS};
 
 #[sqlx::test(migrator = "MIGRATIONS")]
 async fn batch_push_matches_rest_and_replays(db: PgPool) {
@@ -525,4 +525,60 @@ async fn push_edits_one_order_many_times_in_a_chunk(db: PgPool) {
     let (_, stored) = s.get(&format!("/v1/orders/{order}"), &dana).await;
     assert_eq!(stored["version"], 10);
     assert_eq!(stored["lines"].as_array().map(Vec::len), Some(2));
+}
+
+/// A push is applied in lanes side by side (`engine::batch::lanes`), but
+/// whose allocation gets the last units is still decided in batch order:
+/// two orders on one SKU share a lane even when only the database knows
+/// that one of them has a line on it. An unrelated order runs beside them,
+/// and every answer comes back at its item's place.
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn push_in_lanes_keeps_batch_order_on_shared_stock(db: PgPool) {
+    let s = TestServer::start(db.clone()).await;
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (on_hand, on_order, allocated) = position(&db, kestrel_m()).await;
+    let ats = on_hand + on_order - allocated;
+    assert!(ats >= 1, "the demo SKU has stock to sell");
+    // Order a exists with a line on the SKU for everything it has.
+    let (a, a_line) = order_with_line(&s, &dana, kestrel_m(), ats).await;
+    let tokyo = demo::customer_id("acme", "Tokyo Distributor");
+    let other_sku = demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "L");
+    let (b, b_line, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let (status, out) = s
+        .push(
+            &dana,
+            json!([
+                {"idempotency_key": "l-a", "method": "POST", "path": allocate_path(a, a_line),
+                 "body": {"qty": ats}},
+                {"idempotency_key": "l-b", "method": "POST", "path": "/v1/orders",
+                 "body": {"id": b, "customer_id": tokyo}},
+                {"idempotency_key": "l-c", "method": "POST", "path": "/v1/orders",
+                 "body": {"id": c, "customer_id": tokyo}},
+                {"idempotency_key": "l-b-line", "method": "POST", "path": format!("/v1/orders/{b}/lines"),
+                 "body": {"id": b_line, "sku_id": kestrel_m(), "qty_ordered": 1, "base_version": 1}},
+                {"idempotency_key": "l-c-line", "method": "POST", "path": format!("/v1/orders/{c}/lines"),
+                 "body": {"id": Uuid::now_v7(), "sku_id": other_sku, "qty_ordered": 1, "base_version": 1}},
+                {"idempotency_key": "l-b-alloc", "method": "POST", "path": allocate_path(b, b_line),
+                 "body": {"qty": 1}},
+            ]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    let r = out["results"].as_array().expect("results");
+    let keys: Vec<&str> = r
+        .iter()
+        .map(|r| r["idempotency_key"].as_str().expect("key"))
+        .collect();
+    assert_eq!(
+        keys,
+        ["l-a", "l-b", "l-c", "l-b-line", "l-c-line", "l-b-alloc"]
+    );
+    let statuses: Vec<i64> = r.iter().map(|r| r["status"].as_i64().expect("s")).collect();
+    assert_eq!(&statuses[..5], [200, 201, 201, 201, 201], "{out}");
+    assert_eq!(r[5]["body"]["code"], "insufficient_ats", "{out}");
+    assert_eq!(r[0]["body"]["order"]["id"], a.to_string());
+    assert_eq!(r[0]["body"]["ats_after"], 0);
+    assert_eq!(r[4]["body"]["id"], c.to_string());
+    assert_eq!(position(&db, kestrel_m()).await.2, allocated + ats);
+    assert_ledgers_match_positions(&db).await;
 }
