@@ -63,10 +63,15 @@ pub struct AppState {
     /// allocation on one of them is one round trip (`engine::known`).
     #[cfg(not(feature = "broken-allocation"))]
     pub known: Arc<engine::known::KnownOrders>,
+    /// The connections that allocation runs on (`db/warm.rs`).
+    #[cfg(not(feature = "broken-allocation"))]
+    pub warm: Arc<db::warm::Warm>,
 }
 
 impl AppState {
     pub fn new(db: PgPool) -> Self {
+        #[cfg(not(feature = "broken-allocation"))]
+        let warm = Arc::new(db::warm::Warm::new(db.clone()));
         AppState {
             reads: db::reads::Reads::primary_only(db.clone()),
             db,
@@ -78,6 +83,8 @@ impl AppState {
             connection_limits: Default::default(),
             #[cfg(not(feature = "broken-allocation"))]
             known: Arc::default(),
+            #[cfg(not(feature = "broken-allocation"))]
+            warm,
         }
     }
 

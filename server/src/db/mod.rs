@@ -16,6 +16,7 @@ pub mod relay_health;
 pub mod sessions;
 pub mod skus;
 pub mod tenancy;
+pub mod warm;
 
 use sqlx::migrate::Migrator;
 use sqlx::PgPool;

@@ -34,12 +34,13 @@ use std::sync::Mutex;
 use holdfast_protocol::key::IdempotencyKey;
 use holdfast_protocol::model::{AllocationResult, Order};
 use holdfast_protocol::mutation::Mutation;
-use sqlx::PgPool;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::allocation::{self, Answer, Decided, Direction, Wanted};
 use super::{Outcome, Request, Step};
 use crate::auth::Caller;
+use crate::db::warm::Warm;
 
 /// The orders whose latest document this process answered with, by tenant
 /// and id: the last REST edit's answer (the ordinary path's, learned from
@@ -120,7 +121,7 @@ const DEADLOCK: &str = "40P01";
 /// run the ordinary path. `verify`: the caller came from the token cache and
 /// is proved in the call, as in `engine::execute_unbound_in_tx`.
 pub async fn try_move(
-    db: &PgPool,
+    warm: &Warm,
     known: &KnownOrders,
     caller: &Caller,
     verify: bool,
@@ -177,7 +178,25 @@ pub async fn try_move(
         qty_allocated: order.lines[at].qty_allocated,
         direction,
     };
-    match call.send(db, order_id, &answer).await {
+    let mut lease = warm.take().await?;
+    let sent = call.send(&mut lease.conn, order_id, &answer).await;
+    match &sent {
+        Ok(_) => warm.give_back(lease),
+        // Declined by the database: the connection is sound.
+        Err(sqlx::Error::Database(e)) if !e.code().as_deref().is_some_and(crate::error::sqlstate_is_unavailable) =>
+        {
+            warm.give_back(lease)
+        }
+        // It may have broken while it was kept: the ordinary path, on a
+        // tested connection, makes the move or replays the one this call
+        // made (the key was claimed in the same transaction).
+        Err(e) if lease.is_warm() && crate::error::is_unavailable(e) => {
+            tracing::debug!(%order_id, error = %e, "a kept connection failed; taking the ordinary path");
+            return Ok(None);
+        }
+        Err(_) => drop(lease),
+    }
+    match sent {
         Ok(Sent::Moved { ats_after, stamp }) => {
             metrics::counter!("holdfast_known_order_allocations_total", "outcome" => "moved")
                 .increment(1);
@@ -250,7 +269,7 @@ enum Sent {
 impl Call<'_> {
     async fn send(
         &self,
-        db: &PgPool,
+        db: &mut PgConnection,
         order_id: Uuid,
         answer: &Answer,
     ) -> Result<Sent, sqlx::Error> {

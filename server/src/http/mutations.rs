@@ -177,7 +177,7 @@ async fn execute(
     let mut caller = caller;
     #[cfg(not(feature = "broken-allocation"))]
     if let Some(outcome) = engine::known::try_move(
-        &state.db,
+        &state.warm,
         &state.known,
         &caller.caller,
         !caller.proved,

@@ -1,0 +1,108 @@
+//! A few connections kept in hand for the hottest statement, handed out
+//! most recently used first and without the pool's pings.
+//!
+//! sqlx's pool tests a connection with a round trip to Postgres when it
+//! hands it out (`test_before_acquire`, which the server's pool sets so a
+//! Postgres restart does not break requests) and again when it takes it
+//! back, and hands out its idle connections first in, first out. For a
+//! request that is one statement, the allocation on a known order
+//! (`engine::known`), that is three round trips instead of one, each on
+//! the least recently used of the pool's backends.
+//!
+//! [`Warm`] keeps up to a quarter of the pool (at most four) out of it,
+//! last in, first out. What a ping would have caught, a connection that
+//! broke while it sat here, shows as an error on its first statement
+//! instead: [`Lease::is_warm`] tells the caller that the statement can be
+//! retried on a fresh connection, which the idempotency key makes safe.
+//! A connection that ended its statement with any error other than the
+//! database declining it goes back to the pool, whose ping on release
+//! closes it if it is broken.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+/// The most connections kept out of the pool.
+const MOST: u32 = 4;
+
+/// A connection idle here longer than this goes back to the pool (whose
+/// reaper and pings look after connections that sit unused).
+const IDLE_LIMIT: Duration = Duration::from_secs(10);
+
+pub struct Warm {
+    pool: PgPool,
+    most: usize,
+    held: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+}
+
+/// A connection taken from [`Warm`]: give it back with [`Warm::give_back`]
+/// once its statement succeeded, or drop it to return it to the pool.
+pub struct Lease {
+    pub conn: PoolConnection<Postgres>,
+    warm: bool,
+}
+
+impl Lease {
+    /// True when the connection came from [`Warm`] rather than from the
+    /// pool's tested hand-out: an error that says the connection is gone
+    /// may mean only that it broke while it waited.
+    pub fn is_warm(&self) -> bool {
+        self.warm
+    }
+}
+
+impl Warm {
+    pub fn new(pool: PgPool) -> Self {
+        let most = (pool.options().get_max_connections() / 4).min(MOST) as usize;
+        Warm {
+            pool,
+            most,
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The most recently given back connection, or one from the pool.
+    pub async fn take(&self) -> Result<Lease, sqlx::Error> {
+        let now = Instant::now();
+        let mut stale = Vec::new();
+        let warm = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            // The most recent is last; anything idle too long is older.
+            let fresh_from = held
+                .iter()
+                .position(|(_, since)| now.duration_since(*since) <= IDLE_LIMIT)
+                .unwrap_or(held.len());
+            stale.extend(held.drain(..fresh_from).map(|(conn, _)| conn));
+            held.pop().map(|(conn, _)| conn)
+        };
+        // Dropped outside the lock: each goes back to the pool.
+        drop(stale);
+        match warm {
+            Some(conn) => Ok(Lease { conn, warm: true }),
+            None => Ok(Lease {
+                conn: self.pool.acquire().await?,
+                warm: false,
+            }),
+        }
+    }
+
+    /// Keeps `lease`'s connection for the next [`Warm::take`], or returns it
+    /// to the pool when enough are kept.
+    pub fn give_back(&self, lease: Lease) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.len() < self.most {
+            held.push((lease.conn, Instant::now()));
+            return;
+        }
+        drop(held);
+        // `lease` drops here: sqlx pings its connection and puts it back.
+    }
+
+    /// How many connections are kept out of the pool now.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
