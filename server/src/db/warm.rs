@@ -102,7 +102,71 @@ impl Warm {
 
     /// How many connections are kept out of the pool now.
     #[cfg(test)]
-    pub fn held(&self) -> usize {
+    fn held(&self) -> usize {
         self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+    use super::*;
+
+    async fn backend(lease: &mut Lease) -> i32 {
+        sqlx::query_scalar("select pg_backend_pid()")
+            .fetch_one(&mut *lease.conn)
+            .await
+            .expect("pid")
+    }
+
+    #[sqlx::test]
+    async fn the_connection_given_back_last_is_taken_first(
+        _: PgPoolOptions,
+        connect: PgConnectOptions,
+    ) {
+        let pool = crate::pool_options(8, Duration::from_secs(5))
+            .connect_with(connect)
+            .await
+            .expect("pool");
+        let warm = Warm::new(pool);
+        let (mut a, mut b) = (warm.take().await.expect("a"), warm.take().await.expect("b"));
+        assert!(!a.is_warm() && !b.is_warm(), "nothing was kept yet");
+        let (pid_a, pid_b) = (backend(&mut a).await, backend(&mut b).await);
+        warm.give_back(a);
+        warm.give_back(b);
+        assert_eq!(warm.held(), 2, "a quarter of a pool of 8");
+
+        let mut again = warm.take().await.expect("again");
+        assert!(again.is_warm());
+        assert_eq!(backend(&mut again).await, pid_b, "the last given back");
+        let mut then = warm.take().await.expect("then");
+        assert_eq!(backend(&mut then).await, pid_a);
+        warm.give_back(again);
+        warm.give_back(then);
+        let third = warm.take().await.expect("third");
+        let (mut x, mut y) = (warm.take().await.expect("x"), third);
+        assert!(x.is_warm() && y.is_warm());
+        let mut z = warm.take().await.expect("z");
+        assert!(!z.is_warm(), "two kept, both out");
+        let pid_z = backend(&mut z).await;
+        assert!(pid_z != pid_a && pid_z != pid_b);
+        let _ = (backend(&mut x).await, backend(&mut y).await);
+        for lease in [x, y, z] {
+            warm.give_back(lease);
+        }
+        assert_eq!(warm.held(), 2, "no more than a quarter of the pool is kept");
+    }
+
+    #[sqlx::test]
+    async fn a_small_pool_keeps_nothing_out(_: PgPoolOptions, connect: PgConnectOptions) {
+        let pool = crate::pool_options(2, Duration::from_secs(5))
+            .connect_with(connect)
+            .await
+            .expect("pool");
+        let warm = Warm::new(pool);
+        let lease = warm.take().await.expect("lease");
+        warm.give_back(lease);
+        assert_eq!(warm.held(), 0, "the rest of the server would wait for it");
     }
 }

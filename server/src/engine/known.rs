@@ -183,7 +183,11 @@ pub async fn try_move(
     match &sent {
         Ok(_) => warm.give_back(lease),
         // Declined by the database: the connection is sound.
-        Err(sqlx::Error::Database(e)) if !e.code().as_deref().is_some_and(crate::error::sqlstate_is_unavailable) =>
+        Err(sqlx::Error::Database(e))
+            if !e
+                .code()
+                .as_deref()
+                .is_some_and(crate::error::sqlstate_is_unavailable) =>
         {
             warm.give_back(lease)
         }

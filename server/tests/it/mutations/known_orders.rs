@@ -7,7 +7,8 @@
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 use uuid::Uuid;
 
 use super::{allocate_path, order_with_line, position};
@@ -191,6 +192,71 @@ async fn a_known_order_short_of_stock_is_refused_the_ordinary_way(db: PgPool) {
             .expect("ledger");
     assert_eq!(ledger, 0);
     assert_ledgers_match_positions(&db).await;
+}
+
+/// Ends every session of the database but the caller's, as a Postgres
+/// restart does; returns how many it ended.
+async fn end_other_sessions(admin: &mut sqlx::PgConnection) -> usize {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "select pid from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    .expect("sessions");
+    sqlx::query("select pg_terminate_backend(pid) from unnest($1::int[]) as pid")
+        .bind(&pids)
+        .execute(&mut *admin)
+        .await
+        .expect("terminate");
+    pids.len()
+}
+
+#[sqlx::test(migrator = "MIGRATIONS")]
+async fn a_kept_connection_that_broke_meanwhile_costs_the_allocation_nothing(
+    _: PgPoolOptions,
+    connect: PgConnectOptions,
+) {
+    // A pool large enough that `db::warm` keeps a connection out of it.
+    let db = holdfast_server::pool_options(8, std::time::Duration::from_secs(5))
+        .connect_with(connect.clone())
+        .await
+        .expect("pool");
+    let s = TestServer::start(db.clone()).await;
+    let mut admin = sqlx::PgConnection::connect_with(&connect)
+        .await
+        .expect("admin");
+    let dana = s.login("acme", "dana@acme.test").await;
+    let (order, line, _) = order_with_line(&s, &dana, "Austin Boutique", kestrel_m(), 6).await;
+    let first = allocate(&s, &dana, (order, line), &key(), 1).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.json());
+    assert_eq!(sample(&s, MOVED).await, 1.0);
+
+    // The connection that call ran on is kept for the next; end it there.
+    assert!(end_other_sessions(&mut admin).await > 0);
+    let k = key();
+    let second = allocate(&s, &dana, (order, line), &k, 2).await;
+    assert_eq!(
+        second.status,
+        StatusCode::OK,
+        "the broken connection is not the caller's problem: {}",
+        second.json()
+    );
+    assert_eq!(
+        sample(&s, MOVED).await,
+        1.0,
+        "the move was made the ordinary way"
+    );
+    assert_eq!(second.json()["order"]["lines"][0]["qty_allocated"], 3);
+    let again = allocate(&s, &dana, (order, line), &k, 2).await;
+    assert!(again.replayed(), "made once");
+
+    let third = allocate(&s, &dana, (order, line), &key(), 1).await;
+    assert_eq!(third.status, StatusCode::OK, "{}", third.json());
+    assert_eq!(sample(&s, MOVED).await, 2.0, "one call again");
+    assert_eq!(third.json()["order"]["lines"][0]["qty_allocated"], 4);
+    assert_ledgers_match_positions(&db).await;
+    admin.close().await.expect("close");
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]
