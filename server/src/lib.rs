@@ -210,6 +210,8 @@ async fn serve_on(
         state = state.with_read_replica(replica, db::reads::DEFAULT_MAX_WAIT);
     }
     let reads = state.reads.clone();
+    #[cfg(not(feature = "broken-allocation"))]
+    let warm = state.warm.clone();
     let state = state
         .allowing_private_targets(config.relay.relay_allow_private_targets)
         .with_relay_timeout(Duration::from_millis(config.relay.relay_timeout_ms))
@@ -241,6 +243,8 @@ async fn serve_on(
     let _ = stop.send(true);
     let _ = reaper.await;
     reads.close_replica().await;
+    #[cfg(not(feature = "broken-allocation"))]
+    warm.close();
     db.close().await;
     served?;
     Ok(())

@@ -31,10 +31,14 @@ const MOST: u32 = 4;
 /// reaper and pings look after connections that sit unused).
 const IDLE_LIMIT: Duration = Duration::from_secs(10);
 
+/// A kept connection and when it was given back.
+type Kept = (PoolConnection<Postgres>, Instant);
+
 pub struct Warm {
     pool: PgPool,
     most: usize,
-    held: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    /// `None` once [`Warm::close`] ran: nothing is kept any more.
+    held: Mutex<Option<Vec<Kept>>>,
 }
 
 /// A connection taken from [`Warm`]: give it back with [`Warm::give_back`]
@@ -59,7 +63,7 @@ impl Warm {
         Warm {
             pool,
             most,
-            held: Mutex::new(Vec::new()),
+            held: Mutex::new(Some(Vec::new())),
         }
     }
 
@@ -69,13 +73,15 @@ impl Warm {
         let mut stale = Vec::new();
         let warm = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            // The most recent is last; anything idle too long is older.
-            let fresh_from = held
-                .iter()
-                .position(|(_, since)| now.duration_since(*since) <= IDLE_LIMIT)
-                .unwrap_or(held.len());
-            stale.extend(held.drain(..fresh_from).map(|(conn, _)| conn));
-            held.pop().map(|(conn, _)| conn)
+            held.as_mut().and_then(|held| {
+                // The most recent is last; anything idle too long is older.
+                let fresh_from = held
+                    .iter()
+                    .position(|(_, since)| now.duration_since(*since) <= IDLE_LIMIT)
+                    .unwrap_or(held.len());
+                stale.extend(held.drain(..fresh_from).map(|(conn, _)| conn));
+                held.pop().map(|(conn, _)| conn)
+            })
         };
         // Dropped outside the lock: each goes back to the pool.
         drop(stale);
@@ -92,7 +98,7 @@ impl Warm {
     /// to the pool when enough are kept.
     pub fn give_back(&self, lease: Lease) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.len() < self.most {
+        if let Some(held) = held.as_mut().filter(|held| held.len() < self.most) {
             held.push((lease.conn, Instant::now()));
             return;
         }
@@ -100,10 +106,19 @@ impl Warm {
         // `lease` drops here: sqlx pings its connection and puts it back.
     }
 
+    /// Returns every kept connection to the pool and keeps none from now
+    /// on: `PgPool::close` waits for every connection to come back, so a
+    /// server stopping calls this first.
+    pub fn close(&self) {
+        let kept = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(kept);
+    }
+
     /// How many connections are kept out of the pool now.
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).len()
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.as_ref().map_or(0, Vec::len)
     }
 }
 
@@ -156,6 +171,16 @@ mod tests {
             warm.give_back(lease);
         }
         assert_eq!(warm.held(), 2, "no more than a quarter of the pool is kept");
+
+        // Closing: the pool's close waits for them, so they go back first.
+        warm.close();
+        let lease = warm.take().await.expect("after close");
+        assert!(!lease.is_warm());
+        warm.give_back(lease);
+        assert_eq!(warm.held(), 0, "nothing is kept once closed");
+        tokio::time::timeout(Duration::from_secs(10), warm.pool.close())
+            .await
+            .expect("the pool closes: nothing is held out of it");
     }
 
     #[sqlx::test]
