@@ -240,32 +240,7 @@ async fn set_read_only(admin: &mut PgConnection, on: bool) {
         format!("alter database \"{db}\" reset default_transaction_read_only")
     };
     admin.execute(sql.as_str()).await.expect("alter database");
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "select pid from pg_stat_activity
-          where datname = current_database() and pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut *admin)
-    .await
-    .expect("sessions");
-    sqlx::query("select pg_terminate_backend(pid) from unnest($1::int[]) as pid")
-        .bind(&pids)
-        .execute(&mut *admin)
-        .await
-        .expect("terminate");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: i64 =
-            sqlx::query_scalar("select count(*) from pg_stat_activity where pid = any($1)")
-                .bind(&pids)
-                .fetch_one(&mut *admin)
-                .await
-                .expect("sessions");
-        if left == 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "sessions did not end");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::end_other_sessions(admin).await;
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]

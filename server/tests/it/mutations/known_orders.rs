@@ -14,7 +14,9 @@ use uuid::Uuid;
 use super::{allocate_path, order_with_line, position};
 use crate::monitoring::sample;
 use crate::support::audit::{assert_ledgers_match_positions, assert_one_history_entry_per_version};
-use crate::support::{acme, assert_problem, kestrel_m, key, Raw, TestServer, MIGRATIONS};
+use crate::support::{
+    acme, assert_problem, end_other_sessions, kestrel_m, key, Raw, TestServer, MIGRATIONS,
+};
 
 const MOVED: &str = "holdfast_known_order_allocations_total{outcome=\"moved\"}";
 const DECLINED: &str = "holdfast_known_order_allocations_total{outcome=\"declined\"}";
@@ -192,24 +194,6 @@ async fn a_known_order_short_of_stock_is_refused_the_ordinary_way(db: PgPool) {
             .expect("ledger");
     assert_eq!(ledger, 0);
     assert_ledgers_match_positions(&db).await;
-}
-
-/// Ends every session of the database but the caller's, as a Postgres
-/// restart does; returns how many it ended.
-async fn end_other_sessions(admin: &mut sqlx::PgConnection) -> usize {
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "select pid from pg_stat_activity
-          where datname = current_database() and pid <> pg_backend_pid()",
-    )
-    .fetch_all(&mut *admin)
-    .await
-    .expect("sessions");
-    sqlx::query("select pg_terminate_backend(pid) from unnest($1::int[]) as pid")
-        .bind(&pids)
-        .execute(&mut *admin)
-        .await
-        .expect("terminate");
-    pids.len()
 }
 
 #[sqlx::test(migrator = "MIGRATIONS")]

@@ -28,6 +28,38 @@ pub fn key() -> String {
     Uuid::now_v7().to_string()
 }
 
+/// Ends every session of `admin`'s database but its own, as a Postgres
+/// restart or a failover does, and waits until they are gone; returns how
+/// many it ended.
+pub async fn end_other_sessions(admin: &mut sqlx::PgConnection) -> usize {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "select pid from pg_stat_activity
+          where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut *admin)
+    .await
+    .expect("sessions");
+    sqlx::query("select pg_terminate_backend(pid) from unnest($1::int[]) as pid")
+        .bind(&pids)
+        .execute(&mut *admin)
+        .await
+        .expect("terminate");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left: i64 =
+            sqlx::query_scalar("select count(*) from pg_stat_activity where pid = any($1)")
+                .bind(&pids)
+                .fetch_one(&mut *admin)
+                .await
+                .expect("sessions");
+        if left == 0 {
+            return pids.len();
+        }
+        assert!(std::time::Instant::now() < deadline, "sessions did not end");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// The demo SKU most tests allocate: Kestrel Overshirt, Washed Indigo, M.
 pub fn kestrel_m() -> Uuid {
     demo::sku_id("acme", "Kestrel Overshirt", "Washed Indigo", "M")
