@@ -41,6 +41,8 @@ pub struct Plan {
     pub batch_rounds: usize,
     pub replays: usize,
     pub relay_events: usize,
+    /// Item 6's interleaved rounds of relay and bare loop, per configuration.
+    pub relay_rounds: usize,
     pub relay_latency_events: usize,
     pub desks: usize,
     pub stream_commits: usize,
@@ -68,6 +70,7 @@ impl Plan {
             batch_rounds: if quick { 2 } else { 4 },
             replays: if quick { 300 } else { 1000 },
             relay_events: if quick { 5_000 } else { 20_000 },
+            relay_rounds: if quick { 1 } else { 3 },
             relay_latency_events: if quick { 200 } else { 500 },
             desks: 1000,
             stream_commits: if quick { 10 } else { 20 },
@@ -104,7 +107,7 @@ impl Plan {
             "Settings: items 1–3 measure {:.1} s after {:.1} s of warm-up per run, {} interleaved \
              round(s) of each variant; item 4: {} mutations over {} orders per variant, in {} \
              interleaved rounds; item 5: {} allocations then their replays; item 6: {} events \
-             per relay configuration and {} paced events for latency; item 7: {} desks, {} \
+             per round, {} interleaved round(s) per relay configuration, and {} paced events for latency; item 7: {} desks, {} \
              commits.",
             self.window.measure.as_secs_f64(),
             self.window.warmup.as_secs_f64(),
@@ -114,6 +117,7 @@ impl Plan {
             self.batch_rounds,
             self.replays,
             report::thousands(self.relay_events as u64),
+            self.relay_rounds,
             self.relay_latency_events,
             report::thousands(self.desks as u64),
             self.stream_commits
