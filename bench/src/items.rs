@@ -335,6 +335,15 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
+/// Per-round ratios as a row shows them: their median, and their range
+/// when there was more than one round.
+fn summarise(per_round: Vec<f64>) -> (f64, Option<(f64, f64)>) {
+    let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let range = (per_round.len() > 1).then_some((lo, hi));
+    (median(per_round), range)
+}
+
 fn merged(ms: &[Measured]) -> Latencies {
     Latencies::merge(ms.iter().map(|m| m.latencies.clone()))
 }
@@ -379,13 +388,12 @@ fn compare_runs(hs: &[Measured], bs: Option<&Vec<Measured>>) -> Row {
         .zip(bs)
         .map(|(h, b)| h.rate() / b.rate())
         .collect();
-    let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (ratio, ratio_range) = summarise(per_round);
     Row {
         holdfast: rate(mean_rate(hs)),
         baseline: rate(mean_rate(bs)),
-        ratio: Some(median(per_round.clone())),
-        ratio_range: (per_round.len() > 1).then_some((lo, hi)),
+        ratio: Some(ratio),
+        ratio_range,
         holdfast_latency: latency(&merged(hs)),
         baseline_latency: latency(&merged(bs)),
         ..Row::default()
@@ -665,14 +673,13 @@ fn batch_row(results: &HashMap<Apply, Vec<push::Applied>>, h: Apply, b: Apply) -
         .zip(bs)
         .map(|(h, b)| h.rate() / b.rate())
         .collect();
-    let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (ratio, ratio_range) = summarise(per_round);
     let lat = |xs: &[push::Applied]| Latencies::merge(xs.iter().map(|a| a.latencies.clone()));
     Some(Row {
         holdfast: rate(total(hs)),
         baseline: rate(total(bs)),
-        ratio: Some(median(per_round.clone())),
-        ratio_range: (per_round.len() > 1).then_some((lo, hi)),
+        ratio: Some(ratio),
+        ratio_range,
         holdfast_latency: latency(&lat(hs)),
         baseline_latency: latency(&lat(bs)),
         ..Row::default()

@@ -61,9 +61,7 @@ pub(super) async fn run(ctx: &mut Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()
             ratios.push(relay_rate / bare_rate);
         }
         let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
-        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let ratio = super::median(ratios.clone());
+        let (ratio, ratio_range) = super::summarise(ratios);
         rows.push(Row {
             item: format!("6{}", if workers == 1 { "a" } else { "b" }),
             what: format!(
@@ -74,7 +72,7 @@ pub(super) async fn run(ctx: &mut Ctx, rows: &mut Vec<Row>) -> anyhow::Result<()
             holdfast: rate(mean(&relay_rates)),
             baseline: rate(mean(&bare_rates)),
             ratio: Some(ratio),
-            ratio_range: (rounds > 1).then_some((lo, hi)),
+            ratio_range,
             goal: Goal::new("≥ 0.5", ratio >= 0.5),
             ..Row::default()
         });
