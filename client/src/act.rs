@@ -99,6 +99,29 @@ pub fn upcast(stored: &Stored) -> Result<Act, ActError> {
     upcast_envelope(stored).map(|e| e.mutation)
 }
 
+/// Reads a pending row's `act` column, written with envelope schema
+/// `schema`, as the current [`Envelope`]. A row of this build's schema is
+/// read straight from its text; an older one goes through
+/// [`upcast_envelope`], with the row's request, which only then is decoded.
+pub fn read_envelope(
+    schema: u32,
+    act: Option<&str>,
+    request: impl FnOnce() -> Result<WireRequest, ActError>,
+) -> Result<Envelope, ActError> {
+    if let (SCHEMA, Some(text)) = (schema, act) {
+        return serde_json::from_str(text).map_err(|e| ActError::Unreadable(e.to_string()));
+    }
+    let act = act
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| ActError::Unreadable(e.to_string()))?;
+    upcast_envelope(&Stored {
+        schema,
+        act,
+        request: request()?,
+    })
+}
+
 /// Reads a stored envelope of any known schema as the current [`Envelope`].
 pub fn upcast_envelope(stored: &Stored) -> Result<Envelope, ActError> {
     if stored.schema > SCHEMA {

@@ -136,8 +136,8 @@ pub fn apply(order: Option<Order>, act: &Act, me: &Me) -> Option<Order> {
 
 /// Whether a pending row's effect shows in the view: a rejected act did not
 /// happen, everything else is still the user's intention.
-pub fn shows(row: &Row) -> bool {
-    row.status != Status::Rejected
+pub fn shows(status: Status) -> bool {
+    status != Status::Rejected
 }
 
 /// How an order stands with the server.
@@ -390,7 +390,7 @@ pub fn order_view(
         .collect();
     let mut doc = mirror;
     let mut fields = Vec::new();
-    for row in rows.iter().filter(|r| shows(r)) {
+    for row in rows.iter().filter(|r| shows(r.status)) {
         doc = apply(doc, &row.act, me);
         for f in fields_of(&row.act) {
             let name = f.name();

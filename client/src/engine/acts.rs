@@ -63,9 +63,9 @@ impl Engine {
     ) -> Result<Result<()>, StoreError> {
         let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let mirror = orders::get(tx, order_id)?;
-        let rows = pending::for_order(tx, order_id)?;
+        let rows = pending::queued_for_order(tx, order_id)?;
         let mut doc = mirror.clone();
-        for row in rows.iter().filter(|r| view::shows(r)) {
+        for row in rows.iter().filter(|r| view::shows(r.status)) {
             doc = view::apply(doc, &row.act, &me);
         }
         let base = match (rows.last(), &mirror) {
@@ -266,9 +266,9 @@ impl Engine {
         self.inner.store.write(|tx| {
             let me = Self::me(tx).map_err(|e| StoreError::Invalid(e.to_string()))?;
             let mut source = orders::get(tx, from)?;
-            for row in pending::for_order(tx, from)?
+            for row in pending::queued_for_order(tx, from)?
                 .iter()
-                .filter(|r| view::shows(r))
+                .filter(|r| view::shows(r.status))
             {
                 source = view::apply(source, &row.act, &me);
             }

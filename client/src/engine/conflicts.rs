@@ -29,7 +29,7 @@ impl Engine {
         let base = record.base_doc.clone().unwrap_or_else(|| theirs.clone());
         let mut mine = Some(base.clone());
         let mut touched = Vec::new();
-        for row in rows.iter().filter(|r| view::shows(r)) {
+        for row in rows.iter().filter(|r| view::shows(r.status)) {
             mine = view::apply(mine, &row.act, &me);
             for f in fields_of(&row.act) {
                 if !touched.contains(&f) {
@@ -86,7 +86,7 @@ impl Engine {
             let view = Self::conflict_view_in(tx, &record)?;
             let rows: Vec<pending::Row> = pending::for_order(tx, order_id)?
                 .into_iter()
-                .filter(view::shows)
+                .filter(|r| view::shows(r.status))
                 .collect();
             let acts: Vec<Act> = rows.iter().map(|r| r.act.clone()).collect();
             let planned = match conflict::plan(&acts, &view.fields, resolution) {
