@@ -103,23 +103,25 @@ pub fn upcast(stored: &Stored) -> Result<Act, ActError> {
 /// `schema`, as the current [`Envelope`]. A row of this build's schema is
 /// read straight from its text; an older one goes through
 /// [`upcast_envelope`], with the row's request, which only then is decoded.
-pub fn read_envelope(
+/// `request`'s own error comes out as it is.
+pub fn read_envelope<E: From<ActError>>(
     schema: u32,
     act: Option<&str>,
-    request: impl FnOnce() -> Result<WireRequest, ActError>,
-) -> Result<Envelope, ActError> {
+    request: impl FnOnce() -> Result<WireRequest, E>,
+) -> Result<Envelope, E> {
+    let unreadable = |e: serde_json::Error| ActError::Unreadable(e.to_string());
     if let (SCHEMA, Some(text)) = (schema, act) {
-        return serde_json::from_str(text).map_err(|e| ActError::Unreadable(e.to_string()));
+        return Ok(serde_json::from_str(text).map_err(unreadable)?);
     }
     let act = act
         .map(serde_json::from_str)
         .transpose()
-        .map_err(|e| ActError::Unreadable(e.to_string()))?;
-    upcast_envelope(&Stored {
+        .map_err(unreadable)?;
+    Ok(upcast_envelope(&Stored {
         schema,
         act,
         request: request()?,
-    })
+    })?)
 }
 
 /// Reads a stored envelope of any known schema as the current [`Envelope`].

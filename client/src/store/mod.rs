@@ -58,6 +58,12 @@ pub enum StoreError {
     Invalid(String),
 }
 
+impl From<crate::act::ActError> for StoreError {
+    fn from(e: crate::act::ActError) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
 impl From<serde_json::Error> for StoreError {
     fn from(e: serde_json::Error) -> Self {
         StoreError::Corrupt(e.to_string())

@@ -220,10 +220,7 @@ fn envelope(
 ) -> StoreResult<act::Envelope> {
     let schema = u32::try_from(schema)
         .map_err(|_| StoreError::Corrupt(format!("pending act schema {schema}")))?;
-    act::read_envelope(schema, text, || {
-        request().map_err(|e| act::ActError::Unreadable(e.to_string()))
-    })
-    .map_err(|e| StoreError::Corrupt(e.to_string()))
+    act::read_envelope(schema, text, request)
 }
 
 /// Reads a row the way [`row`] does; a row this build cannot read is left
@@ -231,11 +228,15 @@ fn envelope(
 /// [`quarantine_unreadable`]), so one bad row never hides the others.
 fn readable(r: Raw) -> Option<Row> {
     let seq = r.seq;
-    row(r)
-        .map_err(
-            |e| tracing::warn!(seq, error = %e, "leaving out a pending act this build cannot read"),
-        )
-        .ok()
+    left_out_if_unreadable(seq, row(r))
+}
+
+/// `read` of row `seq`, or `None` with a warning when it failed.
+fn left_out_if_unreadable<T>(seq: i64, read: StoreResult<T>) -> Option<T> {
+    read.map_err(
+        |e| tracing::warn!(seq, error = %e, "leaving out a pending act this build cannot read"),
+    )
+    .ok()
 }
 
 /// Every readable pending row not in quarantine, in the user's order.
@@ -384,12 +385,7 @@ pub fn queued_for_order(tx: &Transaction<'_>, order_id: Uuid) -> StoreResult<Vec
                 status: Status::parse(&r.get::<_, String>(7)?)?,
             })
         })();
-        match read {
-            Ok(q) => found.push(q),
-            Err(e) => {
-                tracing::warn!(seq, error = %e, "leaving out a pending act this build cannot read")
-            }
-        }
+        found.extend(left_out_if_unreadable(seq, read));
     }
     Ok(found)
 }
