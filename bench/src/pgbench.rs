@@ -19,7 +19,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::load::{Latencies, Measured, Window};
-use crate::setup::Target;
+use crate::setup::{Target, BASELINE_ENABLE_SEQSCAN};
 use holdfast_server::db::tenancy::TENANT_ROLE;
 
 /// Which transaction pgbench runs.
@@ -200,6 +200,11 @@ COMMIT;
         // Whole seconds, and one more: the window is cut from the log.
         let seconds = (window.warmup + window.measure).as_secs_f64().ceil() as u64 + 1;
         let out = tokio::process::Command::new(&self.bin)
+            // Planned as the bench's own baseline connections are (setup.rs).
+            .env(
+                "PGOPTIONS",
+                format!("-c enable_seqscan={BASELINE_ENABLE_SEQSCAN}"),
+            )
             .args(["-n", "-M", "prepared", "-l"])
             .arg(format!("--log-prefix={}", dir.join("log").display()))
             .arg(format!("--client={clients}"))
