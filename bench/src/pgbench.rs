@@ -18,8 +18,9 @@ use anyhow::Context;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::alloc::BASELINE_ENABLE_SEQSCAN;
 use crate::load::{Latencies, Measured, Window};
-use crate::setup::{Target, BASELINE_ENABLE_SEQSCAN};
+use crate::setup::Target;
 use holdfast_server::db::tenancy::TENANT_ROLE;
 
 /// Which transaction pgbench runs.
@@ -200,7 +201,7 @@ COMMIT;
         // Whole seconds, and one more: the window is cut from the log.
         let seconds = (window.warmup + window.measure).as_secs_f64().ceil() as u64 + 1;
         let out = tokio::process::Command::new(&self.bin)
-            // Planned as the bench's own baseline connections are (setup.rs).
+            // Planned as the raw client's transactions are (alloc.rs).
             .env(
                 "PGOPTIONS",
                 format!("-c enable_seqscan={BASELINE_ENABLE_SEQSCAN}"),

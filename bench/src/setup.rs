@@ -21,19 +21,6 @@ pub const LINES_PER_ORDER: usize = 16;
 /// Orders over the spread SKUs: 640 × 16 lines cover all 10,000 SKUs.
 const SPREAD_ORDERS: usize = 640;
 
-/// `enable_seqscan` for every baseline's connections, the bench's own pool
-/// and pgbench's (pgbench.rs). A prepared statement keeps the generic plan
-/// Postgres makes on about its sixth run, for the life of the connection;
-/// made while a table is a few pages (the key table, at the start of a
-/// run), it is a sequential scan, and every later run reads the whole
-/// table as it grows: `pgbench -M prepared` spent 0.39 ms of a 0.85 ms
-/// transaction storing its response that way (auto_explain showed the
-/// scan). The allocation function plans with sequential scans off for the
-/// same reason (migration 20261211000100), so the baselines do too: every
-/// statement they run finds its rows by key, and a plan that scans is
-/// never the faster one for them.
-pub const BASELINE_ENABLE_SEQSCAN: &str = "off";
-
 /// A database created for this run; [`BenchDb::drop_database`] removes it.
 pub struct BenchDb {
     admin: PgConnectOptions,
@@ -87,18 +74,12 @@ impl BenchDb {
         Ok(())
     }
 
-    /// The bench's own connections: its seeding, and the raw baselines'
-    /// clients. Not the server's, which gets [`BenchDb::options`] as it is.
     pub async fn pool(&self, size: u32) -> anyhow::Result<PgPool> {
         let pool = PgPoolOptions::new()
             .max_connections(size)
             .min_connections(0)
             .acquire_timeout(std::time::Duration::from_secs(60))
-            .connect_with(
-                self.options
-                    .clone()
-                    .options([("enable_seqscan", BASELINE_ENABLE_SEQSCAN)]),
-            )
+            .connect_with(self.options.clone())
             .await
             .context("connecting the bench's own pool")?;
         // Open every connection now, not inside a measured window.
